@@ -1,0 +1,167 @@
+// The Backend: every operation a layer or solver needs, implemented once per device.
+//
+// Layers are written once against this interface; NativeBackend (OpenBLAS, host memory) and
+// CudaBackend (cuBLAS, cuDNN, Lamina's kernels, device memory) implement it. All pointers
+// are in the backend's own memory unless the parameter name says host. Operations are
+// asynchronous on devices: only copy_to_host, dot, asum and synchronize wait for the device.
+// Matrices are row-major. Scalars a kernel needs from a previous kernel (a loss, its
+// normaliser) stay in device memory and are passed as pointers, never read back.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace lamina {
+
+enum class Transpose { kNo, kYes };
+enum class Activation { kReLU, kSigmoid, kTanH };
+
+// How a loss is divided; mirrors LossParameter.normalization.
+enum class Normalization { kFull, kValid, kBatchSize, kNone };
+
+struct LossOptions {
+  bool has_ignore_label = false;
+  int ignore_label = 0;
+  Normalization normalization = Normalization::kValid;
+};
+
+// One learnable parameter inside the flat parameter arena, with its solver multipliers.
+struct ParamSegment {
+  int64_t offset;  // in floats, from the start of the arena
+  int64_t count;
+  float lr_mult;
+  float decay_mult;
+};
+
+enum class UpdateRule { kSGD, kNesterov, kAdam, kAdamW, kRMSProp, kAdaGrad };
+enum class Regularization { kL2, kL1 };
+
+// Scalars of one fused solver update; passed by value to the kernel, never uploaded.
+struct UpdateArgs {
+  UpdateRule rule = UpdateRule::kSGD;
+  float lr = 0;              // the policy's rate at this iteration (before lr_mult)
+  float momentum = 0;        // SGD/Nesterov momentum, Adam's beta1
+  float momentum2 = 0.999f;  // Adam's beta2, RMSProp's decay
+  float delta = 1e-8f;       // Adam, RMSProp, AdaGrad epsilon
+  float weight_decay = 0;    // before decay_mult
+  Regularization regularization = Regularization::kL2;
+  float grad_scale = 1;      // 1/iter_size times the gradient-clipping factor
+  int64_t step = 1;          // 1-based update count (Adam's bias correction)
+};
+
+// Host/device copies made by a backend; a steady-state training iteration makes none.
+struct TransferStats {
+  int64_t to_host = 0;
+  int64_t from_host = 0;
+  int64_t bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "native", "cuda:0"
+  virtual bool is_host() const = 0;      // true when its memory is ordinary host memory
+
+  // ---- memory (sizes in bytes) ----
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p) noexcept = 0;
+  virtual void copy(size_t bytes, const void* src, void* dst) = 0;  // within this backend
+  virtual void copy_to_host(size_t bytes, const void* src, void* host_dst) = 0;  // waits
+  virtual void copy_from_host(size_t bytes, const void* host_src, void* dst) = 0;
+  virtual void zero(size_t bytes, void* p) = 0;
+  virtual void fill(int64_t n, float value, float* x) = 0;
+  virtual void synchronize() = 0;
+  const TransferStats& transfers() const { return transfers_; }
+
+  // ---- BLAS, float32, row-major ----
+  // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C
+  virtual void gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float* a, const float* b, float beta, float* c) = 0;
+  // y = alpha op(A) x + beta y, A (m, n)
+  virtual void gemv(Transpose trans_a, int64_t m, int64_t n, float alpha, const float* a,
+                    const float* x, float beta, float* y) = 0;
+  virtual void axpy(int64_t n, float alpha, const float* x, float* y) = 0;  // y += a x
+  virtual void axpby(int64_t n, float alpha, const float* x, float beta,
+                     float* y) = 0;                                          // y = a x + b y
+  virtual void scal(int64_t n, float alpha, float* x) = 0;
+  virtual void mul(int64_t n, const float* a, const float* b, float* y) = 0;  // y = a * b
+  virtual float dot(int64_t n, const float* x, const float* y) = 0;          // waits
+  virtual float asum(int64_t n, const float* x) = 0;                         // waits
+
+  // ---- neural-network operations ----
+  // Labels are class indices stored as floats, in [0, cols) unless equal to the ignore
+  // label; layers validate them where they enter the net, so backends may rely on it.
+  // y = f(x); relu's negative_slope is ignored by the other functions. Works in place.
+  virtual void activation_forward(Activation f, int64_t n, float negative_slope,
+                                  const float* x, float* y) = 0;
+  // dx = dy * f'(.) computed from the output y (valid in place, where x was overwritten).
+  virtual void activation_backward(Activation f, int64_t n, float negative_slope,
+                                   const float* y, const float* dy, float* dx) = 0;
+  // Row-wise softmax or log-softmax of x (rows, cols).
+  virtual void softmax_forward(int64_t rows, int64_t cols, bool log, const float* x,
+                               float* y) = 0;
+  virtual void softmax_backward(int64_t rows, int64_t cols, bool log, const float* y,
+                                const float* dy, float* dx) = 0;
+  // Fused, numerically stable softmax + cross-entropy. prob (rows, cols); labels (rows) hold
+  // class indices as floats. Writes loss[0] = -sum log prob[label] / norm and norm[0].
+  virtual void softmax_cross_entropy_forward(int64_t rows, int64_t cols, const float* x,
+                                             const float* labels, const LossOptions& options,
+                                             float* prob, float* loss, float* norm) = 0;
+  // dx = (prob - onehot(label)) * dloss[0] / norm[0]; ignored rows get 0.
+  virtual void softmax_cross_entropy_backward(int64_t rows, int64_t cols, const float* prob,
+                                              const float* labels, const LossOptions& options,
+                                              const float* norm, const float* dloss,
+                                              float* dx) = 0;
+  // Negative log-likelihood of log-probabilities logp (rows, cols).
+  virtual void nll_loss_forward(int64_t rows, int64_t cols, const float* logp,
+                                const float* labels, const LossOptions& options, float* loss,
+                                float* norm) = 0;
+  virtual void nll_loss_backward(int64_t rows, int64_t cols, const float* labels,
+                                 const LossOptions& options, const float* norm,
+                                 const float* dloss, float* dx) = 0;
+  // diff = a - b; loss[0] = sum(diff^2) / (2 rows).
+  virtual void euclidean_loss_forward(int64_t rows, int64_t cols, const float* a,
+                                      const float* b, float* diff, float* loss) = 0;
+  // dx = sign * dloss[0] / rows * diff  (sign +1 for a, -1 for b)
+  virtual void euclidean_loss_backward(int64_t rows, int64_t cols, float sign,
+                                       const float* diff, const float* dloss, float* dx) = 0;
+  // out[0] = fraction of non-ignored rows whose label is among the top_k scores of x.
+  // A score ties with the label's score counts against it only if strictly greater.
+  virtual void accuracy(int64_t rows, int64_t cols, int top_k, const float* x,
+                        const float* labels, const LossOptions& options, float* out) = 0;
+  // mask[i] = keep ? 1/(1-ratio) : 0, keep when uniform(seed, offset + i) >= ratio, using
+  // the counter-based generator in counter_rng.hpp (identical on every backend); y = x*mask.
+  virtual void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
+                               const float* x, float* mask, float* y) = 0;
+  // dst (rows, cols) row r = scale * src[order[(start + r) % order_len]] (uint8 -> float).
+  virtual void gather_rows(int64_t rows, int64_t cols, const uint8_t* src,
+                           const int32_t* order, int64_t order_len, int64_t start, float scale,
+                           float* dst) = 0;
+
+  // ---- solver ----
+  // One fused pass over the parameter arena: regularisation, lr_mult/decay_mult per segment,
+  // the rule's history update and the weight step. weights, grads, history and history2 each
+  // hold the arena's n floats; segments (in this backend's memory) list the parameters.
+  // Elements outside every segment (alignment padding) are left untouched. Per element, with
+  // lr_i = lr * lr_mult, decay_i = weight_decay * decay_mult, reg(w) = w (L2) or sign(w)
+  // (L1, sign(0) = 0), and g' = grad_scale * g + decay_i * reg(w):
+  //   SGD:      h = momentum h + lr_i g';  w -= h                       (Caffe's form)
+  //   Nesterov: h_old = h; h = momentum h + lr_i g';  w -= (1 + momentum) h - momentum h_old
+  //   Adam:     m = history, v = history2, b1 = momentum, b2 = momentum2, t = step:
+  //             m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;
+  //             w -= lr_i * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + delta)
+  //   AdamW:    as Adam but g' = grad_scale * g (no decay term), and the step is
+  //             w -= lr_i * (sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + delta) + decay_i w)
+  //   RMSProp:  h = momentum2 h + (1 - momentum2) g'^2;  w -= lr_i g' / (sqrt(h) + delta)
+  //   AdaGrad:  h += g'^2;  w -= lr_i g' / (sqrt(h) + delta)
+  // history2 is used by Adam and AdamW only (may be null otherwise).
+  virtual void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
+                      int num_segments, float* weights, const float* grads, float* history,
+                      float* history2) = 0;
+
+ protected:
+  TransferStats transfers_;
+};
+
+}  // namespace lamina

@@ -1,0 +1,37 @@
+// The CUDA backend, behind an interface that exists in every build: a build without CUDA
+// reports zero devices, and asking it for a GPU is an Error that says how to train on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "lamina/backend.hpp"
+
+namespace lamina {
+
+bool cuda_compiled();       // built with LAMINA_USE_CUDA
+bool cudnn_compiled();      // the CUDA backend was built with cuDNN
+int cuda_device_count();    // 0 when not compiled or no device/driver
+// The backend for a device. All backends of one device share that device's process-wide
+// context (stream, cuBLAS and cuDNN handles, workspace), created once on first use.
+// Throws Error when the device does not exist, naming what was found.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+// A readable report of every device, as `lamina device_query` prints it.
+std::string cuda_device_query();
+
+// What the process has created so far, summed over devices. A training run creates one
+// context, stream and cuBLAS handle per device it uses (and one cuDNN handle, lazily, when a
+// layer first needs cuDNN), however many backends, layers and iterations it runs.
+struct CudaDiagnostics {
+  int64_t contexts_created = 0;      // CudaContext objects (one per device, on the primary
+                                     // context the CUDA runtime keeps for that device)
+  int64_t streams_created = 0;
+  int64_t blas_handles_created = 0;
+  int64_t dnn_handles_created = 0;
+  int64_t workspace_bytes = 0;       // device scratch memory held by all contexts
+  int64_t staging_bytes = 0;         // pinned host memory used to stage copy_from_host
+};
+CudaDiagnostics cuda_diagnostics();
+
+}  // namespace lamina

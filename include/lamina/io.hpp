@@ -1,0 +1,27 @@
+// Reading prototxt files. Parse errors name file:line:column; messages about a layer name
+// the file and line where that layer starts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lamina.pb.h"
+
+namespace lamina {
+
+NetParameter read_net_parameter(const std::string& path);
+SolverParameter read_solver_parameter(const std::string& path);
+// Parses prototxt text; `source` names it in errors.
+NetParameter parse_net_parameter(const std::string& text, const std::string& source);
+SolverParameter parse_solver_parameter(const std::string& text, const std::string& source);
+
+// The 1-based line where a layer starts in a net prototxt file; index_path is the layer's
+// index in NetParameter.layer, then in each enclosing Sequential's layer list. 0 if unknown.
+int layer_line(const std::string& path, const std::vector<int>& index_path);
+
+std::string read_text_file(const std::string& path);
+// Resolves path against the directory of relative_to (a file path) unless it is absolute
+// or exists as given.
+std::string resolve_path(const std::string& path, const std::string& relative_to);
+
+}  // namespace lamina

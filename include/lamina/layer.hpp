@@ -1,0 +1,95 @@
+// Layer: one step of a net, written once against the Backend.
+//
+// Life cycle, driven by the Net: the constructor reads the LayerParameter; setup() checks the
+// bottom shapes, declares parameters with add_param() and shapes the tops; the net then binds
+// every parameter to its place in the arena and fills it; forward()/backward_*() run each
+// iteration. Conventions: forward writes tops with =; backward_input writes bottom diffs with =
+// (the net inserts Split layers so a blob has one consumer); backward_params accumulates
+// parameter gradients with += (shared parameters, iter_size), the net zeroes them once.
+// The net calls backward_params before backward_input, so an in-place layer's parameter
+// gradient still sees the top diff that backward_input then overwrites.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lamina/backend.hpp"
+#include "lamina/common.hpp"
+#include "lamina/tensor.hpp"
+#include "lamina.pb.h"
+
+namespace lamina {
+
+// What a layer is built with: the backend it runs on, the phase, and its own seed.
+struct LayerContext {
+  Backend& backend;
+  Phase phase;
+  uint64_t seed;
+};
+
+// A learnable parameter as a layer declares it.
+struct Param {
+  std::unique_ptr<Tensor> tensor;  // bound to the arena by the net
+  FillerParameter filler;
+};
+
+class Layer {
+ public:
+  Layer(const LayerParameter& param, const LayerContext& context);
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const LayerParameter& param() const { return param_; }
+  const std::string& name() const { return param_.name(); }
+  const std::string& type() const { return param_.type(); }
+  Backend& backend() const { return backend_; }
+  Phase phase() const { return phase_; }
+
+  // How many bottoms and tops the layer takes; -1 means no upper bound.
+  virtual int min_bottoms() const { return 1; }
+  virtual int max_bottoms() const { return 1; }
+  virtual int min_tops() const { return 1; }
+  virtual int max_tops() const { return 1; }
+  // Loss layers: top 0 gets loss_weight 1 unless the prototxt says otherwise.
+  virtual bool is_loss() const { return false; }
+  // The LayerParameter messages this layer reads ("inner_product_param", ...). The net
+  // rejects any other *_param set on the layer, so no setting is silently ignored. Layers
+  // defined outside Lamina read custom_param, the default.
+  virtual std::vector<std::string> parameter_messages() const { return {"custom_param"}; }
+  // Whether bottom i takes gradients at all (labels do not).
+  virtual bool accepts_gradient(int /*bottom_index*/) const { return true; }
+
+  virtual void setup(const Tensors& bottom, const Tensors& top) = 0;
+  virtual void forward(const Tensors& bottom, const Tensors& top) = 0;
+  // Gradient w.r.t. the inputs, for each bottom i with propagate[i].
+  virtual void backward_input(const Tensors& top, const std::vector<bool>& propagate,
+                              const Tensors& bottom) = 0;
+  // Gradient w.r.t. the parameters, accumulated into their diffs.
+  virtual void backward_params(const Tensors& /*top*/, const Tensors& /*bottom*/) {}
+
+  std::vector<Param>& params() { return params_; }
+  const std::vector<Param>& params() const { return params_; }
+
+ protected:
+  // Declares a parameter (only in setup); role is e.g. "weight" or "bias".
+  Tensor& add_param(const std::string& role, const Shape& shape, const FillerParameter& filler);
+  // "layer 'ip1' (Linear): " for error messages.
+  std::string where() const;
+
+  // custom_param { entry { key: "k" value: "v" } }: parameters of layers defined outside
+  // Lamina. Unknown keys are errors (require_custom_keys), as are values that do not parse.
+  void require_custom_keys(const std::vector<std::string>& known) const;
+  bool has_custom(const std::string& key) const;
+  std::string custom_string(const std::string& key, const std::string& fallback) const;
+  double custom_number(const std::string& key, double fallback) const;
+
+  LayerParameter param_;
+  Backend& backend_;
+  Phase phase_;
+  uint64_t seed_;
+  std::vector<Param> params_;
+};
+
+}  // namespace lamina

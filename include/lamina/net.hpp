@@ -1,0 +1,105 @@
+// Net: layers connected by named blobs, built from a NetParameter for one phase.
+//
+// Building resolves implicit chaining (a layer without bottoms takes the previous layer's
+// top; a loss or accuracy layer without bottoms takes it and "label"; a layer without tops
+// gets a top named after itself), flattens Sequential containers, drops layers excluded by
+// the phase, inserts Split layers where a blob feeds several layers, infers which layers
+// need backward, and lays every learnable parameter out in one arena (with a second arena
+// for gradients) with a table of name, shape, lr_mult, decay_mult and offset.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lamina/backend.hpp"
+#include "lamina/layer.hpp"
+#include "lamina/tensor.hpp"
+#include "lamina.pb.h"
+
+namespace lamina {
+
+struct ParamInfo {
+  std::string name;   // "<layer>/<role>" or the shared name from param { name }
+  Shape shape;
+  float lr_mult;
+  float decay_mult;
+  int64_t offset;     // in floats from the start of the arena
+  int64_t count;
+};
+
+class Net {
+ public:
+  // source: the file the parameter came from, for error messages (may be empty).
+  // share_params_with: another net (the training net) whose arena this net's parameters
+  // view, matched by name; a test net evaluates exactly the weights being trained.
+  Net(const NetParameter& param, Phase phase, Backend& backend, uint64_t seed,
+      const Net* share_params_with = nullptr, const std::string& source = {});
+  Net(const Net&) = delete;
+  Net& operator=(const Net&) = delete;
+
+  const std::string& name() const { return name_; }
+  Phase phase() const { return phase_; }
+  Backend& backend() const { return backend_; }
+
+  // Runs every layer; the weighted total loss lands in loss_tensor() (no host copy).
+  void forward();
+  // Backward through the layers that need it; parameter gradients accumulate.
+  void backward();
+  // Zeroes the whole gradient arena (one memset).
+  void zero_param_diffs();
+  // Reads the total loss: copies one float to the host.
+  float loss();
+  Tensor& loss_tensor() { return *loss_; }
+
+  // Per-layer access, for the timing tool.
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  Layer& layer(int i) { return *layers_[i]; }
+  void forward_layer(int i);
+  void backward_layer(int i);  // no-op for layers that need no backward
+  bool layer_needs_backward(int i) const { return needs_backward_[i]; }
+
+  bool has_blob(const std::string& name) const;
+  Tensor& blob(const std::string& name);  // throws listing the blobs
+  std::vector<std::string> blob_names() const;
+  // Tops no layer consumes (losses, accuracies, outputs), in order of creation.
+  const std::vector<std::string>& output_names() const { return output_names_; }
+
+  // The parameter arena.
+  const std::vector<ParamInfo>& param_table() const { return param_table_; }
+  int64_t arena_count() const { return arena_count_; }  // floats, padding included
+  float* param_data() { return param_data_.as<float>(); }
+  float* param_diff() { return param_diff_.as<float>(); }
+  const float* param_data() const { return param_data_.as<float>(); }
+
+ private:
+  struct LayerIO {
+    std::vector<int> bottoms;  // blob indices
+    std::vector<int> tops;
+  };
+  void build(const NetParameter& param, uint64_t seed, const Net* share_with,
+             const std::string& source);
+  void allocate_params(uint64_t seed, const Net* share_with);
+
+  std::string name_;
+  Phase phase_;
+  Backend& backend_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<LayerIO> io_;
+  std::vector<bool> needs_backward_;
+  std::vector<std::vector<bool>> propagate_;  // per layer, per bottom
+  std::vector<std::unique_ptr<Tensor>> blobs_;
+  std::map<std::string, int> blob_index_;
+  std::vector<bool> blob_needs_grad_;
+  std::vector<std::string> output_names_;
+  std::vector<std::pair<int, float>> loss_blobs_;  // (blob, weight)
+  std::unique_ptr<Tensor> loss_;                    // (1)
+
+  std::vector<ParamInfo> param_table_;
+  int64_t arena_count_ = 0;
+  Buffer param_data_;
+  Buffer param_diff_;
+};
+
+}  // namespace lamina

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs Lamina's test binaries and GPU benchmarks from a build on a machine with a GPU, for a
+# build made elsewhere and copied over (no CMake or ctest needed there).
+#
+#   scripts/gpu_check.sh BIN_DIR OUT_DIR [MNIST_DIR]
+#
+# BIN_DIR holds the test_* binaries, lamina, mnist and mlp_bench; logs go to OUT_DIR; the
+# summary (tests passed/failed/skipped per binary, then the benchmarks) goes to stdout.
+set -uo pipefail
+bin="$1"
+out="$2"
+mnist="${3:-data/mnist}"
+mkdir -p "$out"
+export LAMINA_MNIST_DIR="$mnist" LAMINA_SOURCE_DIR="$(pwd)"
+
+nvidia-smi -L 2>&1 | tee "$out/nvidia-smi.txt"
+"$bin/lamina" device_query 2>&1 | tee "$out/device_query.txt"
+
+total_pass=0 total_fail=0 total_skip=0
+for t in "$bin"/test_* "$bin"/custom_layer_test; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  "$t" > "$out/$name.log" 2>&1
+  pass=$(grep -oP '^\[  PASSED  \] \K[0-9]+' "$out/$name.log" || echo 0)
+  skip=$(grep -oP '^\[  SKIPPED \] \K[0-9]+' "$out/$name.log" || echo 0)
+  fail=$(grep -oP '^\[  FAILED  \] \K[0-9]+(?= test)' "$out/$name.log" || echo 0)
+  printf '%-22s passed %4s  failed %3s  skipped %3s\n' "$name" "$pass" "$fail" "$skip"
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$out/$name.log" | sort -u | head -20
+  total_pass=$((total_pass + pass)) total_fail=$((total_fail + fail)) total_skip=$((total_skip + skip))
+done
+echo "tests: $total_pass passed, $total_fail failed, $total_skip skipped"
+
+if [ -n "${LAMINA_GPU_TRAIN_EPOCHS:-}" ]; then
+  "$bin/mnist" mlp --gpu 0 --epochs "$LAMINA_GPU_TRAIN_EPOCHS" --data-dir "$mnist" 2>&1 |
+    tee "$out/mnist_mlp_gpu.txt"
+fi
+if [ -n "${LAMINA_GPU_BENCH:-}" ]; then
+  "$bin/mlp_bench" --gpu 0 --batch-sizes 20,64,256 --data-dir "$mnist" 2>&1 | tee "$out/mlp_bench_gpu.txt"
+fi

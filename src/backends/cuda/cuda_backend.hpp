@@ -1,0 +1,94 @@
+// CudaBackend: the Backend on one GPU. Memory is device memory; cuBLAS does the BLAS and
+// Lamina's kernels the rest, all on the device context's one stream.
+//
+// Where things are:
+//   cuda_backend.cpp     memory, transfers, cuBLAS calls, make_cuda_backend, device_query
+//   blas_kernels.cu      fill, mul, axpby
+//   activation_kernels.cu, softmax_kernels.cu, loss_kernels.cu (cross-entropy, NLL,
+//   euclidean, accuracy), data_kernels.cu (dropout, gather_rows), update_kernel.cu
+// Conventions: every launch is checked (LAMINA_CUDA_LAUNCHED); scalars produced on the
+// device (loss, norm, accuracy) stay there; reductions to a scalar use a fixed order (block
+// tree reductions, then one block over the partial results), so they are bit-identical run
+// to run; sums of losses are accumulated in double like the Native backend's.
+#pragma once
+
+#include <string>
+
+#include "backends/cuda/cuda_context.hpp"
+#include "lamina/backend.hpp"
+
+namespace lamina::cuda_detail {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(CudaContext& context) : context_(context) {}
+
+  std::string name() const override { return "cuda:" + std::to_string(context_.device()); }
+  bool is_host() const override { return false; }
+  CudaContext& context() const { return context_; }
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* p) noexcept override;
+  void copy(size_t bytes, const void* src, void* dst) override;
+  void copy_to_host(size_t bytes, const void* src, void* host_dst) override;
+  void copy_from_host(size_t bytes, const void* host_src, void* dst) override;
+  void zero(size_t bytes, void* p) override;
+  void fill(int64_t n, float value, float* x) override;
+  void synchronize() override;
+
+  void gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+            const float* a, const float* b, float beta, float* c) override;
+  void gemv(Transpose trans_a, int64_t m, int64_t n, float alpha, const float* a,
+            const float* x, float beta, float* y) override;
+  void axpy(int64_t n, float alpha, const float* x, float* y) override;
+  void axpby(int64_t n, float alpha, const float* x, float beta, float* y) override;
+  void scal(int64_t n, float alpha, float* x) override;
+  void mul(int64_t n, const float* a, const float* b, float* y) override;
+  float dot(int64_t n, const float* x, const float* y) override;
+  float asum(int64_t n, const float* x) override;
+
+  void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
+                          float* y) override;
+  void activation_backward(Activation f, int64_t n, float negative_slope, const float* y,
+                           const float* dy, float* dx) override;
+  void softmax_forward(int64_t rows, int64_t cols, bool log, const float* x, float* y) override;
+  void softmax_backward(int64_t rows, int64_t cols, bool log, const float* y, const float* dy,
+                        float* dx) override;
+  void softmax_cross_entropy_forward(int64_t rows, int64_t cols, const float* x,
+                                     const float* labels, const LossOptions& options,
+                                     float* prob, float* loss, float* norm) override;
+  void softmax_cross_entropy_backward(int64_t rows, int64_t cols, const float* prob,
+                                      const float* labels, const LossOptions& options,
+                                      const float* norm, const float* dloss,
+                                      float* dx) override;
+  void nll_loss_forward(int64_t rows, int64_t cols, const float* logp, const float* labels,
+                        const LossOptions& options, float* loss, float* norm) override;
+  void nll_loss_backward(int64_t rows, int64_t cols, const float* labels,
+                         const LossOptions& options, const float* norm, const float* dloss,
+                         float* dx) override;
+  void euclidean_loss_forward(int64_t rows, int64_t cols, const float* a, const float* b,
+                              float* diff, float* loss) override;
+  void euclidean_loss_backward(int64_t rows, int64_t cols, float sign, const float* diff,
+                               const float* dloss, float* dx) override;
+  void accuracy(int64_t rows, int64_t cols, int top_k, const float* x, const float* labels,
+                const LossOptions& options, float* out) override;
+  void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset, const float* x,
+                       float* mask, float* y) override;
+  void gather_rows(int64_t rows, int64_t cols, const uint8_t* src, const int32_t* order,
+                   int64_t order_len, int64_t start, float scale, float* dst) override;
+
+  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
+              int num_segments, float* weights, const float* grads, float* history,
+              float* history2) override;
+
+ private:
+  // Makes the device current on this thread and returns the stream every operation uses.
+  cudaStream_t on_device() const {
+    context_.make_current();
+    return context_.stream();
+  }
+
+  CudaContext& context_;
+};
+
+}  // namespace lamina::cuda_detail

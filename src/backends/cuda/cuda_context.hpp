@@ -1,0 +1,89 @@
+// CudaContext: the process-wide state of one device, shared by every CudaBackend on it.
+//
+// One per device, created lazily (under a mutex) on first use and kept until the process
+// exits. It binds to the primary context the CUDA runtime keeps for the device (Lamina never
+// calls cuCtxCreate) and owns everything a step needs, so nothing is created per call, per
+// layer or per backend:
+//   - one non-blocking stream; every kernel, copy and library call of the device runs on it,
+//   - the cuBLAS handle, bound to that stream (default math mode: no TF32, so results match
+//     the CPU),
+//   - the cuDNN handle, created on first use by a layer that needs it (builds with cuDNN),
+//   - a growable device workspace for scratch results inside one operation,
+//   - pinned staging buffers that let copy_from_host return without waiting for the device.
+// Like the stream it owns, a context serves one host thread at a time.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstddef>
+#include <mutex>
+#include <string>
+
+struct cudnnContext;  // cudnnHandle_t is cudnnContext*; cudnn.h stays in cudnn_handle.cpp
+
+namespace lamina::cuda_detail {
+
+class CudaContext {
+ public:
+  // The context of device (0 <= device < cuda_device_count(), checked by the caller).
+  static CudaContext& get(int device);
+
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  int device() const { return device_; }
+  const cudaDeviceProp& properties() const { return properties_; }
+  int sm_count() const { return properties_.multiProcessorCount; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t blas() const { return blas_; }
+  // The cuDNN handle (on stream()), created on the first call; throws in builds without cuDNN.
+  cudnnContext* dnn();
+
+  // Makes this device current on the calling thread (cheap when it already is).
+  void make_current() const;
+
+  // At least bytes of device scratch memory, valid until the next call. Operations on the
+  // stream use it one after another, so one buffer serves them all; it grows, never shrinks.
+  void* workspace(size_t bytes);
+
+  // Copies bytes from host_src to device memory dst on the stream. host_src may be freed as
+  // soon as this returns: small copies go through pinned staging buffers (no wait for the
+  // device unless the staging buffer is still in use), large ones wait for the copy.
+  void upload(size_t bytes, const void* host_src, void* dst);
+
+  // cudaMalloc on this device; an out-of-memory error says how much was asked and is free.
+  void* allocate(size_t bytes, const char* purpose) const;
+
+ private:
+  explicit CudaContext(int device);
+  void release() noexcept;  // undoes a partly finished constructor
+
+  // A pinned host buffer and the event recorded after the last copy out of it.
+  struct StagingSlot {
+    void* host = nullptr;
+    size_t capacity = 0;
+    cudaEvent_t copied = nullptr;
+    bool pending = false;  // copied has been recorded and may not have completed
+  };
+  static constexpr int kStagingSlots = 4;
+  static constexpr size_t kMaxStagedBytes = size_t{8} << 20;
+
+  int device_;
+  cudaDeviceProp properties_{};
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  std::once_flag dnn_once_;
+  cudnnContext* dnn_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::array<StagingSlot, kStagingSlots> staging_{};
+  int next_slot_ = 0;
+};
+
+// Implemented in cudnn_handle.cpp, the one file that includes cudnn.h.
+cudnnContext* create_dnn_handle(cudaStream_t stream);  // throws without cuDNN
+std::string dnn_version_string();  // "9.1.0 (compiled against 9.1.0)" or "not built with cuDNN"
+
+}  // namespace lamina::cuda_detail

@@ -1,0 +1,109 @@
+// Launch geometry and deterministic block reductions shared by Lamina's kernels.
+//
+// Elementwise kernels use grid-stride loops with 64-bit indices over a grid capped at
+// kMaxGrid blocks. Row-wise kernels give each block one row at a time (block-stride over
+// rows) and reduce within the block: warp shuffles, then one warp over the per-warp results.
+// The reduction tree depends only on blockDim, so a result is bit-identical run to run.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace lamina::cuda_detail {
+
+constexpr int kBlock = 256;              // threads per block of elementwise kernels
+constexpr int64_t kMaxGrid = 65536;      // blocks; grid-stride loops cover the rest
+constexpr int64_t kMaxRowGrid = 1 << 20; // blocks of row-wise kernels; block-stride beyond
+
+inline unsigned elementwise_grid(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + kBlock - 1) / kBlock, 1, kMaxGrid));
+}
+
+// Threads for a block that handles one row of cols values: a multiple of 32, at most 256.
+inline unsigned row_block(int64_t cols) {
+  return static_cast<unsigned>(std::clamp<int64_t>((cols + 31) / 32 * 32, 32, 256));
+}
+
+inline unsigned row_grid(int64_t rows) {
+  return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, kMaxRowGrid));
+}
+
+// for (int64_t i = global thread index; i < n; i += all threads)
+#define LAMINA_GRID_STRIDE_LOOP(i, n)                                          \
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (n);  \
+       i += int64_t{blockDim.x} * gridDim.x)
+
+// for (int64_t r = block index; r < rows; r += blocks)
+#define LAMINA_BLOCK_STRIDE_LOOP(r, rows) \
+  for (int64_t r = blockIdx.x; r < (rows); r += gridDim.x)
+
+// for (int64_t j = thread index in block; j < cols; j += block size)
+#define LAMINA_THREAD_STRIDE_LOOP(j, cols) \
+  for (int64_t j = threadIdx.x; j < (cols); j += blockDim.x)
+
+// The xor butterfly leaves the same value in every lane: each step adds the same two
+// operands (in either order, and float addition commutes exactly).
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Sum of v over the block, returned to every thread. blockDim.x must be a multiple of 32 and
+// every thread of the block must call it (it synchronises the block).
+template <class T>
+__device__ T block_sum(T v) {
+  __shared__ T partial[32];
+  v = warp_sum(v);
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  __syncthreads();  // an earlier call may still be reading partial
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  return warp_sum(lane < (blockDim.x >> 5) ? partial[lane] : T(0));
+}
+
+// Maximum of v over the block, returned to every thread; same rules as block_sum.
+__device__ inline float block_max(float v) {
+  __shared__ float partial[32];
+  v = warp_max(v);
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  return warp_max(lane < (blockDim.x >> 5) ? partial[lane] : -INFINITY);
+}
+
+// max_j x_j and sum_j exp(x_j - max) of one row, computed by the whole block as the Native
+// backend does (float exp, double sum), so that softmax = exp(x - max) / sum and
+// log softmax = x - (max + log(sum)).
+struct RowSoftmaxStats {
+  float max;
+  double sum;
+};
+
+__device__ inline RowSoftmaxStats row_softmax_stats(int64_t cols, const float* x) {
+  float max = -INFINITY;
+  LAMINA_THREAD_STRIDE_LOOP(j, cols) max = fmaxf(max, x[j]);
+  max = block_max(max);
+  double sum = 0;
+  LAMINA_THREAD_STRIDE_LOOP(j, cols) sum += static_cast<double>(expf(x[j] - max));
+  sum = block_sum(sum);
+  return {max, sum};
+}
+
+// Whether a row's label is the ignore label (labels are class indices stored as floats).
+__device__ __forceinline__ bool is_ignored(bool has_ignore_label, int ignore_label, int label) {
+  return has_ignore_label && label == ignore_label;
+}
+
+}  // namespace lamina::cuda_detail

@@ -1,0 +1,574 @@
+// NativeBackend: host memory, OpenBLAS (cblas, row-major) for BLAS, a sleeping thread pool
+// (thread_pool.hpp) for the loops around it.
+//
+// Conventions (the semantics of every operation are the comments in backend.hpp):
+//   - Memory is ordinary host memory, 64-byte aligned. copy_to_host/copy_from_host are plain
+//     memcpy and are not counted as transfers (there is no device to transfer to).
+//   - Elementwise loops go through parallel_for, which only wakes the pool's threads for arrays
+//     larger than kParallelMin; row-wise operations parallelise over rows.
+//   - Every elementwise operation works in place (x == y, dy == dx): each element is read
+//     before the same element is written, and nothing else is read after it.
+//   - Scalar results (losses, accuracy) are deterministic: per-row partial results in double,
+//     summed serially in row order.
+//   - Labels are class indices stored as floats, converted with static_cast<int>.
+#include "lamina/native_backend.hpp"
+
+#include <cblas.h>
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "lamina/common.hpp"
+#include "lamina/counter_rng.hpp"
+#include "thread_pool.hpp"
+
+namespace lamina {
+namespace {
+
+constexpr size_t kAlignment = 64;
+// Below this many elements a loop runs on the calling thread: waking the pool's workers
+// costs more than the loop.
+constexpr int64_t kParallelMin = int64_t{1} << 15;
+// OpenBLAS's level-1 routines take blasint sizes; longer arrays are processed in chunks.
+constexpr int64_t kBlasChunk = std::numeric_limits<blasint>::max();
+
+// Runs f(i) for i in [0, n), on all threads when n is large.
+template <class F>
+void parallel_for(int64_t n, F f) {
+  if (n <= kParallelMin) {
+    for (int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  ThreadPool::instance().run(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) f(i);
+  });
+}
+
+// Runs f(begin, end) over contiguous ranges of [0, n), on all threads when n is large. For
+// loops that must vectorise: write them over the range with `#pragma GCC ivdep` (in-place
+// calls alias only element for element, which ivdep allows).
+template <class F>
+void parallel_ranges(int64_t n, F f) {
+  if (n <= kParallelMin) return f(int64_t{0}, n);
+  ThreadPool::instance().run(n, [&](int64_t begin, int64_t end) { f(begin, end); });
+}
+
+// Runs f(r) for every row r of a (rows, cols) array, on all threads when it is large.
+template <class F>
+void parallel_rows(int64_t rows, int64_t cols, F f) {
+  if (rows <= 1 || rows * cols <= kParallelMin) {
+    for (int64_t r = 0; r < rows; ++r) f(r);
+    return;
+  }
+  ThreadPool::instance().run(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) f(r);
+  });
+}
+
+// Calls f(start, length) over [0, n) in pieces a blasint can hold.
+template <class F>
+void in_blas_chunks(int64_t n, F f) {
+  for (int64_t start = 0; start < n; start += kBlasChunk) {
+    f(start, static_cast<blasint>(std::min(kBlasChunk, n - start)));
+  }
+}
+
+blasint blas_size(int64_t value, const char* what) {
+  LAMINA_REQUIRE(value >= 0 && value <= std::numeric_limits<blasint>::max(), "NativeBackend: ",
+                 what, " = ", value, " does not fit OpenBLAS's ", sizeof(blasint) * 8,
+                 "-bit integer; split the operation or use an ILP64 OpenBLAS");
+  return static_cast<blasint>(value);
+}
+
+CBLAS_TRANSPOSE cblas_transpose(Transpose t) {
+  return t == Transpose::kNo ? CblasNoTrans : CblasTrans;
+}
+
+// y = beta y, with the BLAS convention that beta == 0 does not read y (NaN-safe).
+void scale_output(int64_t n, float beta, float* y) {
+  if (beta == 0) {
+    std::fill_n(y, n, 0.0f);
+  } else if (beta != 1) {
+    for (int64_t i = 0; i < n; ++i) y[i] *= beta;
+  }
+}
+
+bool is_ignored(const LossOptions& options, int label) {
+  return options.has_ignore_label && label == options.ignore_label;
+}
+
+// What a loss is divided by (LossParameter.normalization); at least 1, as in Caffe.
+float loss_normalizer(Normalization mode, int64_t rows, int64_t valid) {
+  int64_t norm = 1;
+  switch (mode) {
+    case Normalization::kFull:
+    case Normalization::kBatchSize: norm = rows; break;
+    case Normalization::kValid: norm = valid; break;
+    case Normalization::kNone: norm = 1; break;
+  }
+  return static_cast<float>(std::max<int64_t>(norm, 1));
+}
+
+// One row of softmax: y (cols) = exp(x - max) / sum. x may equal y. Returns max and sum, so
+// that log softmax(x)[j] = x[j] - max - log(sum) for any x[j] read before the call.
+struct SoftmaxRow {
+  float max;
+  double sum;  // sum_j exp(x_j - max), >= 1
+};
+
+SoftmaxRow softmax_row(int64_t cols, const float* x, float* y) {
+  float max = x[0];
+  for (int64_t j = 1; j < cols; ++j) max = std::max(max, x[j]);
+  double sum = 0;
+  for (int64_t j = 0; j < cols; ++j) {
+    y[j] = std::exp(x[j] - max);
+    sum += y[j];
+  }
+  const float inv_sum = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < cols; ++j) y[j] *= inv_sum;
+  return {max, sum};
+}
+
+// max and log(sum exp(x - max)) of one row, without writing anything.
+SoftmaxRow softmax_row_stats(int64_t cols, const float* x) {
+  float max = x[0];
+  for (int64_t j = 1; j < cols; ++j) max = std::max(max, x[j]);
+  double sum = 0;
+  for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[j] - max);
+  return {max, sum};
+}
+
+// Adds per-row values in row order, so the result does not depend on the thread count.
+double serial_sum(const std::vector<double>& values) {
+  double total = 0;
+  for (double v : values) total += v;
+  return total;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Memory
+// ---------------------------------------------------------------------------------------
+
+void* NativeBackend::allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;  // nothing to own; deallocate(nullptr) is a no-op
+  void* p = nullptr;
+  if (posix_memalign(&p, kAlignment, bytes) != 0) {
+    fail("NativeBackend: could not allocate ", bytes, " bytes (", bytes >> 20,
+         " MiB) of host memory; reduce the batch size or the model size");
+  }
+  return p;
+}
+
+void NativeBackend::deallocate(void* p) noexcept { std::free(p); }
+
+void NativeBackend::copy(size_t bytes, const void* src, void* dst) {
+  if (bytes > 0 && src != dst) std::memcpy(dst, src, bytes);
+}
+
+void NativeBackend::copy_to_host(size_t bytes, const void* src, void* host_dst) {
+  copy(bytes, src, host_dst);  // host memory already: not a transfer
+}
+
+void NativeBackend::copy_from_host(size_t bytes, const void* host_src, void* dst) {
+  copy(bytes, host_src, dst);
+}
+
+void NativeBackend::zero(size_t bytes, void* p) {
+  if (bytes > 0) std::memset(p, 0, bytes);
+}
+
+void NativeBackend::fill(int64_t n, float value, float* x) {
+  parallel_for(n, [=](int64_t i) { x[i] = value; });
+}
+
+// ---------------------------------------------------------------------------------------
+// BLAS
+// ---------------------------------------------------------------------------------------
+
+// C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C
+void NativeBackend::gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, const float* a, const float* b, float beta,
+                         float* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // empty sum; cblas would reject the zero leading dimension
+    scale_output(m * n, beta, c);
+    return;
+  }
+  const blasint lda = blas_size(trans_a == Transpose::kNo ? k : m, "gemm lda");
+  const blasint ldb = blas_size(trans_b == Transpose::kNo ? n : k, "gemm ldb");
+  cblas_sgemm(CblasRowMajor, cblas_transpose(trans_a), cblas_transpose(trans_b),
+              blas_size(m, "gemm m"), blas_size(n, "gemm n"), blas_size(k, "gemm k"), alpha, a,
+              lda, b, ldb, beta, c, blas_size(n, "gemm ldc"));
+}
+
+// y = alpha op(A) x + beta y, A (m, n): y (m), x (n) untransposed; y (n), x (m) transposed.
+void NativeBackend::gemv(Transpose trans_a, int64_t m, int64_t n, float alpha, const float* a,
+                         const float* x, float beta, float* y) {
+  const int64_t out = trans_a == Transpose::kNo ? m : n;
+  const int64_t in = trans_a == Transpose::kNo ? n : m;
+  if (out == 0) return;
+  if (in == 0) {
+    scale_output(out, beta, y);
+    return;
+  }
+  cblas_sgemv(CblasRowMajor, cblas_transpose(trans_a), blas_size(m, "gemv m"),
+              blas_size(n, "gemv n"), alpha, a, blas_size(n, "gemv lda"), x, 1, beta, y, 1);
+}
+
+void NativeBackend::axpy(int64_t n, float alpha, const float* x, float* y) {
+  in_blas_chunks(n, [&](int64_t s, blasint len) { cblas_saxpy(len, alpha, x + s, 1, y + s, 1); });
+}
+
+void NativeBackend::axpby(int64_t n, float alpha, const float* x, float beta, float* y) {
+  in_blas_chunks(n, [&](int64_t s, blasint len) {
+    cblas_saxpby(len, alpha, x + s, 1, beta, y + s, 1);
+  });
+}
+
+void NativeBackend::scal(int64_t n, float alpha, float* x) {
+  in_blas_chunks(n, [&](int64_t s, blasint len) { cblas_sscal(len, alpha, x + s, 1); });
+}
+
+void NativeBackend::mul(int64_t n, const float* a, const float* b, float* y) {
+  parallel_for(n, [=](int64_t i) { y[i] = a[i] * b[i]; });
+}
+
+float NativeBackend::dot(int64_t n, const float* x, const float* y) {
+  double total = 0;
+  in_blas_chunks(n, [&](int64_t s, blasint len) { total += cblas_sdot(len, x + s, 1, y + s, 1); });
+  return static_cast<float>(total);
+}
+
+float NativeBackend::asum(int64_t n, const float* x) {
+  double total = 0;
+  in_blas_chunks(n, [&](int64_t s, blasint len) { total += cblas_sasum(len, x + s, 1); });
+  return static_cast<float>(total);
+}
+
+// ---------------------------------------------------------------------------------------
+// Neural-network operations
+// ---------------------------------------------------------------------------------------
+
+void NativeBackend::activation_forward(Activation f, int64_t n, float negative_slope,
+                                       const float* x, float* y) {
+  switch (f) {
+    case Activation::kReLU:
+      // Branch-free (max/min vectorise; a branch on the sign of real activations
+      // mispredicts half the time): same values as x > 0 ? x : slope x, NaN propagates.
+      parallel_for(n, [=](int64_t i) {
+        const float v = x[i];
+        y[i] = std::max(v, 0.0f) + negative_slope * std::min(v, 0.0f);
+      });
+      break;
+    case Activation::kSigmoid:
+      parallel_for(n, [=](int64_t i) { y[i] = 1.0f / (1.0f + std::exp(-x[i])); });
+      break;
+    case Activation::kTanH:
+      parallel_for(n, [=](int64_t i) { y[i] = std::tanh(x[i]); });
+      break;
+  }
+}
+
+// dx = dy * f'(x), with f' written in terms of the output y.
+void NativeBackend::activation_backward(Activation f, int64_t n, float negative_slope,
+                                        const float* y, const float* dy, float* dx) {
+  switch (f) {
+    case Activation::kReLU:
+      // Vectorised, the select is a blend; a scalar branch on the sign of real
+      // activations mispredicts half the time.
+      parallel_ranges(n, [=](int64_t begin, int64_t end) {
+#pragma GCC ivdep
+        for (int64_t i = begin; i < end; ++i) dx[i] = y[i] > 0 ? dy[i] : negative_slope * dy[i];
+      });
+      break;
+    case Activation::kSigmoid:
+      parallel_for(n, [=](int64_t i) { dx[i] = dy[i] * y[i] * (1.0f - y[i]); });
+      break;
+    case Activation::kTanH:
+      parallel_for(n, [=](int64_t i) { dx[i] = dy[i] * (1.0f - y[i] * y[i]); });
+      break;
+  }
+}
+
+// x, y (rows, cols); softmax subtracts the row max, so large scores do not overflow.
+void NativeBackend::softmax_forward(int64_t rows, int64_t cols, bool log, const float* x,
+                                    float* y) {
+  if (cols == 0) return;
+  parallel_rows(rows, cols, [=](int64_t r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    if (!log) {
+      softmax_row(cols, xr, yr);
+      return;
+    }
+    // (x - max) - log(sum): subtracting the max first keeps the small result exact.
+    const SoftmaxRow s = softmax_row_stats(cols, xr);
+    const float log_sum = static_cast<float>(std::log(s.sum));
+    for (int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - s.max) - log_sum;
+  });
+}
+
+// softmax:     dx = y * (dy - sum(dy * y))
+// log-softmax: dx = dy - exp(y) * sum(dy)
+void NativeBackend::softmax_backward(int64_t rows, int64_t cols, bool log, const float* y,
+                                     const float* dy, float* dx) {
+  parallel_rows(rows, cols, [=](int64_t r) {
+    const float* yr = y + r * cols;
+    const float* dyr = dy + r * cols;
+    float* dxr = dx + r * cols;
+    double sum = 0;
+    if (!log) {
+      for (int64_t j = 0; j < cols; ++j) sum += double(dyr[j]) * yr[j];
+      const float s = static_cast<float>(sum);
+      for (int64_t j = 0; j < cols; ++j) dxr[j] = yr[j] * (dyr[j] - s);
+    } else {
+      for (int64_t j = 0; j < cols; ++j) sum += dyr[j];
+      const float s = static_cast<float>(sum);
+      for (int64_t j = 0; j < cols; ++j) dxr[j] = dyr[j] - std::exp(yr[j]) * s;
+    }
+  });
+}
+
+// x, prob (rows, cols); labels (rows). -log prob[label] is computed as
+// -(x[label] - max - log(sum)), which stays finite even where prob underflows to 0.
+void NativeBackend::softmax_cross_entropy_forward(int64_t rows, int64_t cols, const float* x,
+                                                  const float* labels,
+                                                  const LossOptions& options, float* prob,
+                                                  float* loss, float* norm) {
+  std::vector<double> row_loss(rows, 0.0);
+  std::vector<char> row_valid(rows, 0);
+  if (cols > 0) {
+    parallel_rows(rows, cols, [&](int64_t r) {
+      const float* xr = x + r * cols;
+      const int label = static_cast<int>(labels[r]);
+      const bool valid = !is_ignored(options, label);
+      const float x_label = valid ? xr[label] : 0.0f;  // read before prob may overwrite x
+      const SoftmaxRow s = softmax_row(cols, xr, prob + r * cols);
+      if (!valid) return;
+      row_valid[r] = 1;
+      row_loss[r] = -(double(x_label) - s.max - std::log(s.sum));
+    });
+  }
+  const int64_t valid = std::count(row_valid.begin(), row_valid.end(), 1);
+  const float normalizer = loss_normalizer(options.normalization, rows, valid);
+  loss[0] = static_cast<float>(serial_sum(row_loss) / normalizer);
+  norm[0] = normalizer;
+}
+
+// dx (rows, cols) = (prob - onehot(label)) * dloss[0] / norm[0]; ignored rows get 0.
+void NativeBackend::softmax_cross_entropy_backward(int64_t rows, int64_t cols,
+                                                   const float* prob, const float* labels,
+                                                   const LossOptions& options,
+                                                   const float* norm, const float* dloss,
+                                                   float* dx) {
+  const float scale = dloss[0] / norm[0];
+  parallel_rows(rows, cols, [=](int64_t r) {
+    const float* pr = prob + r * cols;
+    float* dxr = dx + r * cols;
+    const int label = static_cast<int>(labels[r]);
+    if (is_ignored(options, label)) {
+      std::fill_n(dxr, cols, 0.0f);
+      return;
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+      dxr[j] = (pr[j] - (j == label ? 1.0f : 0.0f)) * scale;
+    }
+  });
+}
+
+// logp (rows, cols); loss[0] = -sum logp[label] / norm.
+void NativeBackend::nll_loss_forward(int64_t rows, int64_t cols, const float* logp,
+                                     const float* labels, const LossOptions& options,
+                                     float* loss, float* norm) {
+  double total = 0;
+  int64_t valid = 0;
+  for (int64_t r = 0; r < rows; ++r) {  // one value per row: serial is cheapest
+    const int label = static_cast<int>(labels[r]);
+    if (is_ignored(options, label)) continue;
+    total -= logp[r * cols + label];
+    ++valid;
+  }
+  const float normalizer = loss_normalizer(options.normalization, rows, valid);
+  loss[0] = static_cast<float>(total / normalizer);
+  norm[0] = normalizer;
+}
+
+// dx (rows, cols) = -onehot(label) * dloss[0] / norm[0]; ignored rows get 0.
+void NativeBackend::nll_loss_backward(int64_t rows, int64_t cols, const float* labels,
+                                      const LossOptions& options, const float* norm,
+                                      const float* dloss, float* dx) {
+  const float scale = dloss[0] / norm[0];
+  parallel_rows(rows, cols, [=](int64_t r) {
+    float* dxr = dx + r * cols;
+    std::fill_n(dxr, cols, 0.0f);
+    const int label = static_cast<int>(labels[r]);
+    if (!is_ignored(options, label)) dxr[label] = -scale;
+  });
+}
+
+// a, b, diff (rows, cols): diff = a - b; loss[0] = sum(diff^2) / (2 rows).
+void NativeBackend::euclidean_loss_forward(int64_t rows, int64_t cols, const float* a,
+                                           const float* b, float* diff, float* loss) {
+  std::vector<double> row_sum(rows, 0.0);
+  parallel_rows(rows, cols, [&](int64_t r) {
+    double sum = 0;
+    for (int64_t j = r * cols; j < (r + 1) * cols; ++j) {
+      diff[j] = a[j] - b[j];
+      sum += double(diff[j]) * diff[j];
+    }
+    row_sum[r] = sum;
+  });
+  loss[0] = static_cast<float>(serial_sum(row_sum) / (2.0 * std::max<int64_t>(rows, 1)));
+}
+
+// dx (rows, cols) = sign * dloss[0] / rows * diff
+void NativeBackend::euclidean_loss_backward(int64_t rows, int64_t cols, float sign,
+                                            const float* diff, const float* dloss, float* dx) {
+  const float scale = sign * dloss[0] / static_cast<float>(std::max<int64_t>(rows, 1));
+  parallel_for(rows * cols, [=](int64_t i) { dx[i] = scale * diff[i]; });
+}
+
+// x (rows, cols); a row is correct when fewer than top_k scores are strictly greater than
+// the label's score (ties count in the label's favour).
+void NativeBackend::accuracy(int64_t rows, int64_t cols, int top_k, const float* x,
+                             const float* labels, const LossOptions& options, float* out) {
+  int64_t correct = 0;
+  int64_t valid = 0;
+  for (int64_t r = 0; r < rows; ++r) {  // rows are few: one batch
+    const int label = static_cast<int>(labels[r]);
+    if (is_ignored(options, label)) continue;
+    const float* xr = x + r * cols;
+    const float score = xr[label];
+    int64_t greater = 0;
+    for (int64_t j = 0; j < cols; ++j) greater += xr[j] > score;
+    correct += greater < top_k;
+    ++valid;
+  }
+  out[0] = valid > 0 ? static_cast<float>(double(correct) / double(valid)) : 0.0f;
+}
+
+// x, mask, y (n); element i is kept when counter_uniform(seed, offset + i) >= ratio.
+void NativeBackend::dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
+                                    const float* x, float* mask, float* y) {
+  const float keep_scale = 1.0f / (1.0f - ratio);
+  parallel_for(n, [=](int64_t i) {
+    const bool keep = counter_uniform(seed, offset + static_cast<uint64_t>(i)) >= ratio;
+    mask[i] = keep ? keep_scale : 0.0f;
+    y[i] = x[i] * mask[i];
+  });
+}
+
+// src (*, cols) uint8 in host memory; dst (rows, cols) row r = scale * src[order[(start + r)
+// % order_len]].
+void NativeBackend::gather_rows(int64_t rows, int64_t cols, const uint8_t* src,
+                                const int32_t* order, int64_t order_len, int64_t start,
+                                float scale, float* dst) {
+  parallel_rows(rows, cols, [=](int64_t r) {
+    const uint8_t* s = src + int64_t{order[(start + r) % order_len]} * cols;
+    float* d = dst + r * cols;
+    for (int64_t j = 0; j < cols; ++j) d[j] = scale * static_cast<float>(s[j]);
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Solver
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+// g' = grad_scale * g + decay * reg(w), reg(w) = w (L2) or sign(w) (L1, sign(0) = 0).
+inline float regularized_grad(float grad_scale, float g, float decay, Regularization reg,
+                              float w) {
+  const float r = reg == Regularization::kL2 ? w : static_cast<float>((w > 0) - (w < 0));
+  return grad_scale * g + decay * r;
+}
+
+}  // namespace
+
+// weights, grads, history, history2 (n); segments (num_segments) in host memory.
+void NativeBackend::update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
+                           int num_segments, float* weights, const float* grads,
+                           float* history, float* history2) {
+  const bool adam = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW;
+  CHECK(!adam || history2 != nullptr) << "Adam/AdamW need history2";
+  // Adam's bias correction sqrt(1 - b2^t) / (1 - b1^t), once per call.
+  const float correction =
+      adam ? static_cast<float>(std::sqrt(1.0 - std::pow(double(args.momentum2), args.step)) /
+                                (1.0 - std::pow(double(args.momentum), args.step)))
+           : 0.0f;
+  const float momentum = args.momentum;
+  const float momentum2 = args.momentum2;
+  const float delta = args.delta;
+  const float grad_scale = args.grad_scale;
+  const Regularization reg = args.regularization;
+
+  for (int s = 0; s < num_segments; ++s) {
+    const ParamSegment& seg = segments[s];
+    CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= n)
+        << "segment " << s << " [" << seg.offset << ", +" << seg.count
+        << ") outside the arena of " << n;
+    const float lr = args.lr * seg.lr_mult;
+    const float decay = args.weight_decay * seg.decay_mult;
+    float* w = weights + seg.offset;
+    const float* g = grads + seg.offset;
+    float* h = history + seg.offset;
+    float* h2 = adam ? history2 + seg.offset : nullptr;
+
+    switch (args.rule) {
+      case UpdateRule::kSGD:
+        parallel_for(seg.count, [=](int64_t i) {
+          const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+          h[i] = momentum * h[i] + lr * gi;
+          w[i] -= h[i];
+        });
+        break;
+      case UpdateRule::kNesterov:
+        parallel_for(seg.count, [=](int64_t i) {
+          const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+          const float h_old = h[i];
+          h[i] = momentum * h[i] + lr * gi;
+          w[i] -= (1.0f + momentum) * h[i] - momentum * h_old;
+        });
+        break;
+      case UpdateRule::kAdam:
+        parallel_for(seg.count, [=](int64_t i) {
+          const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+          h[i] = momentum * h[i] + (1.0f - momentum) * gi;
+          h2[i] = momentum2 * h2[i] + (1.0f - momentum2) * gi * gi;
+          w[i] -= lr * correction * h[i] / (std::sqrt(h2[i]) + delta);
+        });
+        break;
+      case UpdateRule::kAdamW:
+        parallel_for(seg.count, [=](int64_t i) {
+          const float gi = grad_scale * g[i];
+          h[i] = momentum * h[i] + (1.0f - momentum) * gi;
+          h2[i] = momentum2 * h2[i] + (1.0f - momentum2) * gi * gi;
+          w[i] -= lr * (correction * h[i] / (std::sqrt(h2[i]) + delta) + decay * w[i]);
+        });
+        break;
+      case UpdateRule::kRMSProp:
+        parallel_for(seg.count, [=](int64_t i) {
+          const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+          h[i] = momentum2 * h[i] + (1.0f - momentum2) * gi * gi;
+          w[i] -= lr * gi / (std::sqrt(h[i]) + delta);
+        });
+        break;
+      case UpdateRule::kAdaGrad:
+        parallel_for(seg.count, [=](int64_t i) {
+          const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+          h[i] += gi * gi;
+          w[i] -= lr * gi / (std::sqrt(h[i]) + delta);
+        });
+        break;
+    }
+  }
+}
+
+}  // namespace lamina

@@ -1,0 +1,67 @@
+#include "lamina/registry.hpp"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+namespace lamina {
+namespace {
+
+std::map<std::string, LayerFactory>& factories() {
+  static std::map<std::string, LayerFactory> map;
+  return map;
+}
+std::recursive_mutex& registry_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+void ensure_builtins() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_builtin_layers(); });
+}
+
+}  // namespace
+
+void LayerRegistry::add(const std::string& type, LayerFactory factory) {
+  std::lock_guard<std::recursive_mutex> lock(registry_mutex());
+  LAMINA_REQUIRE(!type.empty(), "a layer type needs a non-empty name");
+  LAMINA_REQUIRE(type != "Sequential", "'Sequential' is the net's container and cannot be "
+                 "registered as a layer type");
+  auto inserted = factories().emplace(type, std::move(factory));
+  LAMINA_REQUIRE(inserted.second, "layer type '", type, "' is registered twice");
+}
+
+bool LayerRegistry::has(const std::string& type) {
+  ensure_builtins();
+  std::lock_guard<std::recursive_mutex> lock(registry_mutex());
+  return factories().count(type) > 0;
+}
+
+std::vector<std::string> LayerRegistry::types() {
+  ensure_builtins();
+  std::lock_guard<std::recursive_mutex> lock(registry_mutex());
+  std::vector<std::string> names = {"Sequential"};
+  for (const auto& entry : factories()) names.push_back(entry.first);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::unique_ptr<Layer> LayerRegistry::create(const LayerParameter& param,
+                                             const LayerContext& context) {
+  ensure_builtins();
+  LayerFactory factory;
+  {
+    std::lock_guard<std::recursive_mutex> lock(registry_mutex());
+    auto it = factories().find(param.type());
+    if (it == factories().end()) {
+      std::string known;
+      for (const std::string& t : types()) known += (known.empty() ? "" : ", ") + t;
+      fail("layer '", param.name(), "': unknown type '", param.type(), "'. Known types: ", known,
+           ". A custom layer must be registered (LAMINA_REGISTER_LAYER) before the net is built.");
+    }
+    factory = it->second;
+  }
+  return factory(param, context);
+}
+
+}  // namespace lamina

@@ -1,0 +1,285 @@
+// Solver: learning-rate policies, the training loop and testing. Every SolverParameter field
+// is checked at construction against what the chosen policy and update rule use.
+#include "lamina/solver.hpp"
+
+#include <glog/logging.h>
+
+#include <cmath>
+#include <random>
+
+#include "lamina/io.hpp"
+
+namespace lamina {
+namespace {
+
+UpdateRule parse_rule(const std::string& type) {
+  if (type == "SGD") return UpdateRule::kSGD;
+  if (type == "Nesterov") return UpdateRule::kNesterov;
+  if (type == "Adam") return UpdateRule::kAdam;
+  if (type == "AdamW") return UpdateRule::kAdamW;
+  if (type == "RMSProp") return UpdateRule::kRMSProp;
+  if (type == "AdaGrad") return UpdateRule::kAdaGrad;
+  fail("solver type '", type, "' is unknown; use SGD, Nesterov, Adam, AdamW, RMSProp or AdaGrad");
+}
+
+// Rejects fields that are set but that the chosen policy and rule would not use.
+void check_fields(const SolverParameter& p, UpdateRule rule) {
+  const std::string& policy = p.lr_policy();
+  struct Uses {
+    bool gamma, power, stepsize, stepvalue, max_iter;
+  };
+  Uses uses{};
+  if (policy == "fixed") {
+  } else if (policy == "step") {
+    uses = {true, false, true, false, false};
+  } else if (policy == "multistep") {
+    uses = {true, false, false, true, false};
+  } else if (policy == "exp") {
+    uses = {true, false, false, false, false};
+  } else if (policy == "inv") {
+    uses = {true, true, false, false, false};
+  } else if (policy == "poly") {
+    uses = {false, true, false, false, true};
+  } else if (policy == "sigmoid") {
+    uses = {true, false, true, false, false};
+  } else if (policy == "cosine") {
+    uses = {false, false, false, false, true};
+  } else {
+    fail("lr_policy '", policy, "' is unknown; use fixed, step, multistep, exp, inv, poly, "
+         "sigmoid or cosine");
+  }
+  auto need = [&](bool used, bool set, const char* field) {
+    if (used && !set) fail("lr_policy '", policy, "' needs ", field);
+    if (!used && set) fail(field, " is set but lr_policy '", policy, "' does not use it");
+  };
+  need(uses.gamma, p.has_gamma(), "gamma");
+  need(uses.power, p.has_power(), "power");
+  need(uses.stepsize, p.has_stepsize(), "stepsize");
+  need(uses.stepvalue, p.stepvalue_size() > 0, "stepvalue");
+  if (uses.max_iter) LAMINA_REQUIRE(p.max_iter() > 0, "lr_policy '", policy, "' needs max_iter");
+  if (uses.stepsize) LAMINA_REQUIRE(p.stepsize() > 0, "stepsize must be > 0");
+  for (int i = 1; i < p.stepvalue_size(); ++i)
+    LAMINA_REQUIRE(p.stepvalue(i) > p.stepvalue(i - 1), "stepvalue must increase; got ",
+                   p.stepvalue(i - 1), " then ", p.stepvalue(i));
+
+  const bool adam = rule == UpdateRule::kAdam || rule == UpdateRule::kAdamW;
+  const bool momentum_rule = rule == UpdateRule::kSGD || rule == UpdateRule::kNesterov || adam;
+  const char* type = p.type().c_str();
+  if (p.has_momentum() && !momentum_rule) fail("momentum is set but solver type ", type, " does not use it");
+  if (p.has_momentum2() && !adam) fail("momentum2 is set but solver type ", type, " does not use it");
+  if (p.has_rms_decay() && rule != UpdateRule::kRMSProp)
+    fail("rms_decay is set but solver type ", type, " does not use it");
+  if (p.has_delta() && (rule == UpdateRule::kSGD || rule == UpdateRule::kNesterov))
+    fail("delta is set but solver type ", type, " does not use it");
+  LAMINA_REQUIRE(p.regularization_type() == "L2" || p.regularization_type() == "L1",
+                 "regularization_type '", p.regularization_type(), "' is unknown; use L2 or L1");
+  LAMINA_REQUIRE(p.has_base_lr() && p.base_lr() > 0, "base_lr must be set and > 0");
+  LAMINA_REQUIRE(p.iter_size() >= 1, "iter_size must be >= 1, got ", p.iter_size());
+  LAMINA_REQUIRE(p.average_loss() >= 1, "average_loss must be >= 1, got ", p.average_loss());
+  LAMINA_REQUIRE(p.display() >= 0, "display must be >= 0");
+  LAMINA_REQUIRE(p.max_iter() >= 0, "max_iter must be >= 0");
+  LAMINA_REQUIRE(p.weight_decay() >= 0, "weight_decay must be >= 0");
+  LAMINA_REQUIRE(p.test_iter_size() <= 1, "one test net is supported: give one test_iter");
+  LAMINA_REQUIRE(p.test_interval() >= 0, "test_interval must be >= 0");
+  if (p.test_interval() > 0)
+    LAMINA_REQUIRE(p.test_iter_size() == 1 && p.test_iter(0) > 0,
+                   "test_interval is set: give test_iter, the number of test batches");
+  if (p.test_iter_size() == 1)
+    LAMINA_REQUIRE(p.test_iter(0) > 0, "test_iter must be > 0, got ", p.test_iter(0));
+  if (p.has_test_initialization())
+    LAMINA_REQUIRE(p.test_interval() > 0,
+                   "test_initialization is set but no test_interval says when to test");
+}
+
+}  // namespace
+
+float TestResult::value(const std::string& name) const {
+  for (const auto& output : outputs)
+    if (output.first == name) return output.second;
+  std::string known;
+  for (const auto& output : outputs) known += (known.empty() ? "" : ", ") + output.first;
+  fail("the test net has no output '", name, "'; its outputs: ", known);
+}
+
+Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Backend& backend,
+               const std::string& source)
+    : param_(param), backend_(backend) {
+  args_.rule = parse_rule(param.type());
+  check_fields(param, args_.rule);
+  args_.momentum = param.momentum();
+  args_.momentum2 = args_.rule == UpdateRule::kRMSProp ? param.rms_decay() : param.momentum2();
+  args_.delta = param.delta();
+  args_.weight_decay = param.weight_decay();
+  args_.regularization =
+      param.regularization_type() == "L1" ? Regularization::kL1 : Regularization::kL2;
+
+  uint64_t seed = param.random_seed() >= 0 ? uint64_t(param.random_seed())
+                                           : uint64_t(std::random_device{}());
+  if (param.random_seed() < 0) LOG(INFO) << "random_seed not set; using " << seed;
+  net_ = std::make_unique<Net>(net_param, TRAIN, backend, seed, nullptr, source);
+  if (param.test_iter_size() == 1) {
+    test_net_ = std::make_unique<Net>(net_param, TEST, backend, seed + 1, net_.get(), source);
+    const int64_t outputs = [&] {
+      int64_t n = 0;
+      for (const std::string& name : test_net_->output_names()) n += test_net_->blob(name).count();
+      return n;
+    }();
+    LAMINA_REQUIRE(outputs > 0, "the TEST net has no outputs to report");
+    test_sums_ = Buffer(backend, sizeof(float) * outputs);
+  }
+
+  const int64_t n = net_->arena_count();
+  history_ = Buffer(backend, sizeof(float) * n);
+  if (n) backend.zero(sizeof(float) * n, history_.get());
+  if (args_.rule == UpdateRule::kAdam || args_.rule == UpdateRule::kAdamW) {
+    history2_ = Buffer(backend, sizeof(float) * n);
+    if (n) backend.zero(sizeof(float) * n, history2_.get());
+  }
+  std::vector<ParamSegment> segments;
+  for (const ParamInfo& info : net_->param_table())
+    segments.push_back({info.offset, info.count, info.lr_mult, info.decay_mult});
+  num_segments_ = int(segments.size());
+  segments_ = Buffer(backend, sizeof(ParamSegment) * segments.size());
+  if (!segments.empty())
+    backend.copy_from_host(sizeof(ParamSegment) * segments.size(), segments.data(), segments_.get());
+
+  loss_ring_ = Buffer(backend, sizeof(float) * param.average_loss());
+  backend.zero(loss_ring_.bytes(), loss_ring_.get());
+  loss_sum_ = Buffer(backend, sizeof(float));
+  backend.zero(sizeof(float), loss_sum_.get());
+}
+
+std::unique_ptr<Solver> Solver::from_file(const std::string& solver_path, Backend& backend) {
+  SolverParameter param = read_solver_parameter(solver_path);
+  LAMINA_REQUIRE(param.has_net(), solver_path, ": the solver names no net (net: \"file.prototxt\")");
+  const std::string net_path = resolve_path(param.net(), solver_path);
+  return std::make_unique<Solver>(param, read_net_parameter(net_path), backend, net_path);
+}
+
+float Solver::learning_rate() const {
+  const SolverParameter& p = param_;
+  const double base = p.base_lr();
+  const double it = iter_;
+  const std::string& policy = p.lr_policy();
+  if (policy == "fixed") return base;
+  if (policy == "step") return base * std::pow(p.gamma(), std::floor(it / p.stepsize()));
+  if (policy == "exp") return base * std::pow(p.gamma(), it);
+  if (policy == "inv") return base * std::pow(1.0 + p.gamma() * it, -p.power());
+  if (policy == "multistep") {
+    int passed = 0;
+    while (passed < p.stepvalue_size() && iter_ >= p.stepvalue(passed)) ++passed;
+    return base * std::pow(p.gamma(), passed);
+  }
+  if (policy == "poly") return base * std::pow(1.0 - std::min(it / p.max_iter(), 1.0), p.power());
+  if (policy == "sigmoid") return base / (1.0 + std::exp(-p.gamma() * (it - p.stepsize())));
+  if (policy == "cosine")
+    return base * 0.5 * (1.0 + std::cos(M_PI * std::min(it / p.max_iter(), 1.0)));
+  fail("lr_policy '", policy, "' is unknown");
+}
+
+void Solver::solve() {
+  LOG(INFO) << "Solving " << net_->name() << " on " << backend_.name() << " for "
+            << param_.max_iter() << " iterations";
+  step(param_.max_iter() - iter_);
+  if (test_net_ && param_.test_interval() > 0 && iter_ % param_.test_interval() == 0) test();
+  LOG(INFO) << "Optimization done.";
+}
+
+void Solver::step(int iters) {
+  const int average = param_.average_loss();
+  for (int k = 0; k < iters; ++k) {
+    if (test_net_ && param_.test_interval() > 0 && iter_ % param_.test_interval() == 0 &&
+        (iter_ > 0 || param_.test_initialization())) {
+      test();
+    }
+    net_->zero_param_diffs();
+    float* slot = loss_ring_.as<float>() + iter_ % average;
+    backend_.zero(sizeof(float), slot);
+    for (int i = 0; i < param_.iter_size(); ++i) {
+      net_->forward();
+      net_->backward();
+      backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), slot);
+    }
+    backend_.axpy(1, 1.0f, slot, loss_sum_.as<float>());
+    ++loss_sum_count_;
+    if (param_.display() > 0 && iter_ % param_.display() == 0) {
+      const float loss = smoothed_loss();
+      loss_history_.push_back({iter_, loss});
+      LOG(INFO) << "Iteration " << iter_ << ", loss = " << loss << ", lr = " << learning_rate();
+    }
+    apply_update();
+    ++iter_;
+  }
+}
+
+float Solver::smoothed_loss() {
+  const int average = param_.average_loss();
+  const int count = std::min(iter_ + 1, average);
+  std::vector<float> ring(average);
+  backend_.copy_to_host(sizeof(float) * average, loss_ring_.get(), ring.data());
+  double sum = 0;
+  for (int i = 0; i < count; ++i) sum += ring[(iter_ - i) % average];
+  return float(sum / count);
+}
+
+float Solver::take_mean_loss() {
+  float sum = 0;
+  backend_.copy_to_host(sizeof(float), loss_sum_.get(), &sum);
+  backend_.zero(sizeof(float), loss_sum_.get());
+  const float mean = loss_sum_count_ ? sum / loss_sum_count_ : 0.0f;
+  loss_sum_count_ = 0;
+  return mean;
+}
+
+void Solver::apply_update() {
+  const int64_t n = net_->arena_count();
+  if (n == 0) return;
+  args_.lr = learning_rate();
+  args_.step = iter_ + 1;
+  args_.grad_scale = 1.0f / param_.iter_size();
+  if (param_.clip_gradients() > 0) {
+    // The global norm needs one device-to-host read; only when clipping is on.
+    const float norm =
+        std::sqrt(backend_.dot(n, net_->param_diff(), net_->param_diff())) * args_.grad_scale;
+    if (norm > param_.clip_gradients()) {
+      args_.grad_scale *= param_.clip_gradients() / norm;
+      VLOG(1) << "clipping gradients: norm " << norm << " > " << param_.clip_gradients();
+    }
+  }
+  backend_.update(args_, n, segments_.as<ParamSegment>(), num_segments_, net_->param_data(),
+                  net_->param_diff(), history_.as<float>(), history2_.as<float>());
+}
+
+TestResult Solver::test() {
+  LAMINA_REQUIRE(test_net_ != nullptr, "the solver has no test net: set test_iter");
+  float* sums = test_sums_.as<float>();
+  backend_.zero(test_sums_.bytes(), sums);
+  const int iters = param_.test_iter(0);
+  for (int i = 0; i < iters; ++i) {
+    test_net_->forward();
+    int64_t offset = 0;
+    for (const std::string& name : test_net_->output_names()) {
+      Tensor& out = test_net_->blob(name);
+      backend_.axpy(out.count(), 1.0f, out.data(), sums + offset);
+      offset += out.count();
+    }
+  }
+  std::vector<float> host(test_sums_.bytes() / sizeof(float));
+  backend_.copy_to_host(test_sums_.bytes(), sums, host.data());
+  TestResult result;
+  int64_t offset = 0;
+  for (const std::string& name : test_net_->output_names()) {
+    const int64_t count = test_net_->blob(name).count();
+    for (int64_t k = 0; k < count; ++k) {
+      const std::string label = count == 1 ? name : name + "[" + std::to_string(k) + "]";
+      result.outputs.push_back({label, host[offset + k] / iters});
+      LOG(INFO) << "Test at iteration " << iter_ << ": " << label << " = "
+                << result.outputs.back().second;
+    }
+    offset += count;
+  }
+  test_history_.push_back({iter_, result});
+  return result;
+}
+
+}  // namespace lamina

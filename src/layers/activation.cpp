@@ -1,0 +1,54 @@
+// Elementwise activations: ReLU (leaky with relu_param.negative_slope), Sigmoid, TanH.
+//
+// top = f(bottom), same shape. The backward pass computes f' from the top, so the layers work
+// in place (top == bottom): dbottom = dtop * f'(top), written with =.
+#include "lamina/layer.hpp"
+#include "lamina/registry.hpp"
+
+namespace lamina {
+namespace {
+
+template <Activation F>
+class ActivationLayer : public Layer {
+ public:
+  using Layer::Layer;
+  std::vector<std::string> parameter_messages() const override {
+    if (F == Activation::kReLU) return {"relu_param"};
+    return {};
+  }
+
+  void setup(const Tensors& bottom, const Tensors& top) override {
+    if (F == Activation::kReLU) {
+      negative_slope_ = param_.relu_param().negative_slope();
+      // f' is recovered from the sign of the output, which a negative slope would flip.
+      LAMINA_REQUIRE(negative_slope_ >= 0, where(), "relu_param.negative_slope must be >= 0, got ",
+                     negative_slope_);
+    }
+    if (top[0] != bottom[0]) top[0]->reshape(bottom[0]->shape());
+  }
+
+  void forward(const Tensors& bottom, const Tensors& top) override {
+    backend_.activation_forward(F, bottom[0]->count(), negative_slope_, bottom[0]->data(),
+                                top[0]->mutable_data());
+  }
+
+  void backward_input(const Tensors& top, const std::vector<bool>& propagate,
+                      const Tensors& bottom) override {
+    if (!propagate[0]) return;
+    backend_.activation_backward(F, top[0]->count(), negative_slope_, top[0]->data(),
+                                 top[0]->diff(), bottom[0]->mutable_diff());
+  }
+
+ private:
+  float negative_slope_ = 0;
+};
+
+}  // namespace
+
+void register_activation_layers() {
+  register_layer<ActivationLayer<Activation::kReLU>>("ReLU");
+  register_layer<ActivationLayer<Activation::kSigmoid>>("Sigmoid");
+  register_layer<ActivationLayer<Activation::kTanH>>("TanH");
+}
+
+}  // namespace lamina

@@ -1,0 +1,62 @@
+// Dropout (inverted): in TRAIN, y = x * mask with mask = 1/(1-ratio) for kept elements and 0
+// for dropped ones, so TEST is the identity.
+//
+// The mask comes from the counter-based generator keyed by the layer's seed and an offset that
+// advances by the element count every forward pass: each iteration draws new numbers, and the
+// same seed replays the same masks on every backend. Works in place.
+#include <memory>
+
+#include "lamina/layer.hpp"
+#include "lamina/registry.hpp"
+
+namespace lamina {
+namespace {
+
+class DropoutLayer : public Layer {
+ public:
+  using Layer::Layer;
+  std::vector<std::string> parameter_messages() const override { return {"dropout_param"}; }
+
+  void setup(const Tensors& bottom, const Tensors& top) override {
+    ratio_ = param_.dropout_param().dropout_ratio();
+    LAMINA_REQUIRE(ratio_ >= 0 && ratio_ < 1, where(), "dropout_param.dropout_ratio must be in "
+                   "[0, 1), got ", ratio_);
+    if (top[0] != bottom[0]) top[0]->reshape(bottom[0]->shape());
+    if (phase_ == TRAIN) {
+      mask_ = std::make_unique<Tensor>(backend_, bottom[0]->shape(), name() + "/mask");
+    }
+  }
+
+  void forward(const Tensors& bottom, const Tensors& top) override {
+    const int64_t n = bottom[0]->count();
+    if (phase_ == TRAIN) {
+      backend_.dropout_forward(n, ratio_, seed_, offset_, bottom[0]->data(),
+                               mask_->mutable_data(), top[0]->mutable_data());
+      offset_ += static_cast<uint64_t>(n);
+    } else if (top[0] != bottom[0]) {
+      backend_.copy(sizeof(float) * n, bottom[0]->data(), top[0]->mutable_data());
+    }
+  }
+
+  void backward_input(const Tensors& top, const std::vector<bool>& propagate,
+                      const Tensors& bottom) override {
+    if (!propagate[0]) return;
+    const int64_t n = top[0]->count();
+    if (phase_ == TRAIN) {
+      backend_.mul(n, top[0]->diff(), mask_->data(), bottom[0]->mutable_diff());
+    } else if (top[0] != bottom[0]) {
+      backend_.copy(sizeof(float) * n, top[0]->diff(), bottom[0]->mutable_diff());
+    }
+  }
+
+ private:
+  float ratio_ = 0.5f;
+  uint64_t offset_ = 0;           // counter of the next random number
+  std::unique_ptr<Tensor> mask_;  // TRAIN only; shaped like the bottom
+};
+
+}  // namespace
+
+void register_dropout_layer() { register_layer<DropoutLayer>("Dropout"); }
+
+}  // namespace lamina

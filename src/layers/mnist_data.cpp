@@ -1,0 +1,128 @@
+// MnistData: batches of an IDX image/label pair (MNIST, Fashion-MNIST), resident on the device.
+//
+//   layer { name: "mnist" type: "MnistData" top: "data" top: "label"
+//           mnist_data_param { images: "data/mnist/train-images-idx3-ubyte"
+//                              labels: "data/mnist/train-labels-idx1-ubyte"
+//                              batch_size: 64 shuffle: true }
+//           transform_param { scale: 0.00390625 } }
+//
+// Tops: data (N, 1, H, W) = scale * pixel, label (N) = class index as float.
+// The whole data set is uploaded once at setup as uint8; each forward is one gather_rows per
+// top, so a steady-state iteration makes no host/device copy. Without shuffle, batches walk
+// the files in order and wrap around (gather_rows takes the index modulo the sample count).
+// With shuffle, every epoch draws a permutation (seeded by the layer's seed and the epoch
+// number), uploads it once, and takes full batches only: the last partial batch is dropped.
+#include <cstdint>
+#include <numeric>
+#include <random>
+
+#include "lamina/idx.hpp"
+#include "lamina/registry.hpp"
+
+namespace lamina {
+namespace {
+
+constexpr int kNumClasses = 10;  // labels are validated against MNIST's ten classes
+
+class MnistDataLayer final : public Layer {
+ public:
+  using Layer::Layer;
+  std::vector<std::string> parameter_messages() const override {
+    return {"mnist_data_param", "transform_param"};
+  }
+
+  int min_bottoms() const override { return 0; }
+  int max_bottoms() const override { return 0; }
+  int min_tops() const override { return 2; }
+  int max_tops() const override { return 2; }
+
+  void setup(const Tensors& /*bottom*/, const Tensors& top) override {
+    const MnistDataParameter& p = param_.mnist_data_param();
+    LAMINA_REQUIRE(!p.images().empty() && !p.labels().empty(), where(),
+                   "mnist_data_param needs both `images` and `labels` (IDX files)");
+    LAMINA_REQUIRE(p.batch_size() > 0, where(), "mnist_data_param.batch_size must be > 0");
+    batch_ = p.batch_size();
+    shuffle_ = p.shuffle();
+    scale_ = param_.transform_param().scale();
+
+    IdxArray images = read_idx(p.images());  // (S, H, W)
+    IdxArray labels = read_idx(p.labels());  // (S)
+    LAMINA_REQUIRE(images.dims.size() == 3, where(), "'", p.images(), "' has dimensions ",
+                   shape_string(images.dims), "; an image file has 3 (count, rows, cols)");
+    LAMINA_REQUIRE(labels.dims.size() == 1, where(), "'", p.labels(), "' has dimensions ",
+                   shape_string(labels.dims), "; a label file has 1 (count)");
+    samples_ = images.dims[0];
+    LAMINA_REQUIRE(samples_ == labels.dims[0], where(), "'", p.images(), "' holds ", samples_,
+                   " images but '", p.labels(), "' holds ", labels.dims[0],
+                   " labels; the two files must come from the same set");
+    LAMINA_REQUIRE(samples_ <= INT32_MAX, where(), "'", p.images(), "' holds ", samples_,
+                   " samples, more than the 2^31-1 an int32 order can index");
+    for (int64_t i = 0; i < samples_; ++i) {
+      LAMINA_REQUIRE(labels.values[i] < kNumClasses, where(), "'", p.labels(), "' has label ",
+                     int(labels.values[i]), " at index ", i, "; MnistData expects classes 0..",
+                     kNumClasses - 1);
+    }
+    LAMINA_REQUIRE(!shuffle_ || batch_ <= samples_, where(), "batch_size ", batch_,
+                   " exceeds the ", samples_, " samples; with shuffle a batch comes from one "
+                   "epoch");
+    pixels_ = images.dims[1] * images.dims[2];
+
+    images_ = Buffer(backend_, images.values.size());  // (S, H*W) uint8
+    labels_ = Buffer(backend_, labels.values.size());  // (S) uint8
+    order_ = Buffer(backend_, sizeof(int32_t) * samples_);  // (S) int32
+    backend_.copy_from_host(images_.bytes(), images.values.data(), images_.get());
+    backend_.copy_from_host(labels_.bytes(), labels.values.data(), labels_.get());
+    if (shuffle_) {
+      start_epoch(0);
+    } else {
+      std::vector<int32_t> identity(samples_);
+      std::iota(identity.begin(), identity.end(), 0);
+      backend_.copy_from_host(order_.bytes(), identity.data(), order_.get());
+    }
+    top[0]->reshape({batch_, 1, images.dims[1], images.dims[2]});
+    top[1]->reshape({batch_});
+  }
+
+  void forward(const Tensors& /*bottom*/, const Tensors& top) override {
+    if (shuffle_ && cursor_ + batch_ > samples_) start_epoch(epoch_ + 1);  // drop the rest
+    backend_.gather_rows(batch_, pixels_, images_.as<uint8_t>(), order_.as<int32_t>(),
+                         samples_, cursor_, scale_, top[0]->mutable_data());
+    backend_.gather_rows(batch_, 1, labels_.as<uint8_t>(), order_.as<int32_t>(), samples_,
+                         cursor_, 1.0f, top[1]->mutable_data());
+    cursor_ = shuffle_ ? cursor_ + batch_ : (cursor_ + batch_) % samples_;
+  }
+
+  void backward_input(const Tensors& /*top*/, const std::vector<bool>& /*propagate*/,
+                      const Tensors& /*bottom*/) override {}
+
+ private:
+  // Draws epoch's permutation on the host and uploads it: the one copy of an epoch.
+  // Fisher-Yates on mt19937_64 directly (not std::shuffle, whose algorithm varies between
+  // standard libraries), so an order is the same everywhere for a given seed.
+  void start_epoch(int64_t epoch) {
+    std::seed_seq seq{uint32_t(seed_), uint32_t(seed_ >> 32), uint32_t(epoch),
+                      uint32_t(uint64_t(epoch) >> 32)};
+    std::mt19937_64 rng(seq);
+    std::vector<int32_t> order(samples_);
+    std::iota(order.begin(), order.end(), 0);
+    for (int64_t i = samples_ - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
+    backend_.copy_from_host(order_.bytes(), order.data(), order_.get());
+    epoch_ = epoch;
+    cursor_ = 0;
+  }
+
+  int64_t batch_ = 0;
+  int64_t samples_ = 0;  // S
+  int64_t pixels_ = 0;   // H*W
+  float scale_ = 1;
+  bool shuffle_ = false;
+  Buffer images_, labels_, order_;
+  int64_t epoch_ = 0;
+  int64_t cursor_ = 0;  // index into the order of the next batch's first sample
+};
+
+}  // namespace
+
+void register_mnist_data_layer() { register_layer<MnistDataLayer>("MnistData"); }
+
+}  // namespace lamina

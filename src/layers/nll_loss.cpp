@@ -1,0 +1,59 @@
+// NegativeLogLikelihood: the loss of log-probabilities (a LogSoftmax's output).
+//
+// bottom 0: log-probabilities (N, C...), viewed as (N, C) with C = the count after N.
+// bottom 1: labels, N class indices stored as floats (any shape with N elements).
+// top 0:    the loss, a scalar (shape ()), = -sum_n logp[n, label_n] / norm.
+// loss_param as in SoftmaxWithLoss. dlogp[n, c] = -dloss / norm where c = label_n, else 0.
+#include <memory>
+
+#include "lamina/layer.hpp"
+#include "lamina/registry.hpp"
+#include "layers/classification.hpp"
+
+namespace lamina {
+namespace {
+
+class NllLossLayer : public Layer {
+ public:
+  using Layer::Layer;
+  std::vector<std::string> parameter_messages() const override { return {"loss_param"}; }
+
+  int min_bottoms() const override { return 2; }
+  int max_bottoms() const override { return 2; }
+  bool is_loss() const override { return true; }
+  bool accepts_gradient(int bottom_index) const override { return bottom_index == 0; }
+
+  void setup(const Tensors& bottom, const Tensors& top) override {
+    const Tensor& logp = *bottom[0];
+    const ScoreShape shape =
+        check_scores_and_labels(where(), "log-probabilities", logp, *bottom[1]);
+    rows_ = shape.rows;
+    cols_ = shape.cols;
+    options_ = loss_options(param_.loss_param());
+    top[0]->reshape({});
+    norm_ = std::make_unique<Tensor>(backend_, Shape{1}, name() + "/norm");
+  }
+
+  void forward(const Tensors& bottom, const Tensors& top) override {
+    backend_.nll_loss_forward(rows_, cols_, bottom[0]->data(), bottom[1]->data(), options_,
+                              top[0]->mutable_data(), norm_->mutable_data());
+  }
+
+  void backward_input(const Tensors& top, const std::vector<bool>& propagate,
+                      const Tensors& bottom) override {
+    if (!propagate[0]) return;
+    backend_.nll_loss_backward(rows_, cols_, bottom[1]->data(), options_, norm_->data(),
+                               top[0]->diff(), bottom[0]->mutable_diff());
+  }
+
+ private:
+  int64_t rows_ = 0, cols_ = 0;  // (N, C)
+  LossOptions options_;
+  std::unique_ptr<Tensor> norm_;  // (1) the loss's divisor
+};
+
+}  // namespace
+
+void register_nll_loss_layer() { register_layer<NllLossLayer>("NegativeLogLikelihood"); }
+
+}  // namespace lamina

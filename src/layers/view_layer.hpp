@@ -1,0 +1,27 @@
+// A layer whose top is a view of its bottom with another shape (Flatten, Reshape): the top
+// shares the bottom's data and diff, so forward and backward move no data.
+#pragma once
+
+#include "lamina/layer.hpp"
+
+namespace lamina {
+
+class ViewLayer : public Layer {
+ public:
+  using Layer::Layer;
+
+  void setup(const Tensors& bottom, const Tensors& top) override {
+    LAMINA_REQUIRE(top[0] != bottom[0], where(), "cannot work in place; give the top its own name");
+    top[0]->reshape(view_shape(*bottom[0]));
+    top[0]->share_data(*bottom[0]);
+    top[0]->share_diff(*bottom[0]);
+  }
+  void forward(const Tensors&, const Tensors&) override {}
+  void backward_input(const Tensors&, const std::vector<bool>&, const Tensors&) override {}
+
+ protected:
+  // The top's shape (same count), checking the layer's parameters against the bottom x.
+  virtual Shape view_shape(const Tensor& x) const = 0;
+};
+
+}  // namespace lamina

@@ -1,0 +1,673 @@
+// The CUDA backend against the Native backend (tier 2 of the test suite): every Backend
+// operation on the same random inputs on both, compared with compare() at relative error
+// 1e-5, or bit for bit where both compute the same float operations (dropout, gather_rows,
+// accuracy). Then what makes the CUDA backend fast and usable: no transfers in a sequence of
+// kernels, one context per device, errors a user can act on.
+//
+// Every test needs a GPU and skips (with the reason) without one, except the ones that check
+// what a user without a GPU is told.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lamina/backend.hpp"
+#include "lamina/common.hpp"
+#include "lamina/cuda.hpp"
+#include "lamina/native_backend.hpp"
+#include "lamina/tensor.hpp"
+#include "test_util.hpp"
+
+namespace lamina::testing {
+namespace {
+
+constexpr double kTol = 1e-5;
+
+// count values of type T in a backend's memory, filled from and read back to the host.
+template <class T>
+class Array {
+ public:
+  Array(Backend& backend, const std::vector<T>& values)
+      : backend_(&backend), count_(values.size()), buffer_(backend, sizeof(T) * values.size()) {
+    backend.copy_from_host(sizeof(T) * count_, values.data(), buffer_.get());
+  }
+  Array(Backend& backend, size_t count, T value = T())
+      : Array(backend, std::vector<T>(count, value)) {}
+
+  T* get() const { return buffer_.as<T>(); }
+  size_t count() const { return count_; }
+  std::vector<T> host() const {
+    std::vector<T> values(count_);
+    backend_->copy_to_host(sizeof(T) * count_, buffer_.get(), values.data());
+    return values;
+  }
+
+ private:
+  Backend* backend_;
+  size_t count_;
+  Buffer buffer_;
+};
+using Floats = Array<float>;
+
+// Named results of one case on one backend.
+using Outputs = std::vector<std::pair<std::string, std::vector<float>>>;
+
+// Empty when a and b hold the same bits; otherwise the first difference.
+std::string compare_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) {
+    return "sizes differ: " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      std::ostringstream out;
+      out.precision(9);
+      out << "first difference at [" << i << "]: " << a[i] << " vs " << b[i];
+      return out.str();
+    }
+  }
+  return {};
+}
+
+std::vector<float> labels_for(int64_t rows, int64_t cols, uint64_t seed, bool with_ignored,
+                              int ignore_label) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> labels(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    labels[r] = static_cast<float>(rng() % cols);
+    if (with_ignored && r % 3 == 1) labels[r] = static_cast<float>(ignore_label);
+  }
+  return labels;
+}
+
+const char* rule_name(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::kSGD: return "SGD";
+    case UpdateRule::kNesterov: return "Nesterov";
+    case UpdateRule::kAdam: return "Adam";
+    case UpdateRule::kAdamW: return "AdamW";
+    case UpdateRule::kRMSProp: return "RMSProp";
+    case UpdateRule::kAdaGrad: return "AdaGrad";
+  }
+  return "?";
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+    cuda_ = std::move(backend);
+  }
+
+  // Runs one case on both backends; every output must agree to tol (bits when tol < 0).
+  void expect_same(const std::function<Outputs(Backend&)>& run, double tol = kTol) {
+    const Outputs expected = run(native_);
+    const Outputs actual = run(*cuda_);
+    ASSERT_EQ(expected.size(), actual.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const std::string diff = tol < 0 ? compare_bits(actual[i].second, expected[i].second)
+                                       : compare(actual[i].second, expected[i].second, tol);
+      EXPECT_EQ(diff, "") << "output '" << expected[i].first << "' (cuda vs native)";
+    }
+  }
+
+  NativeBackend native_;
+  std::unique_ptr<Backend> cuda_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Memory
+// ---------------------------------------------------------------------------------------
+
+TEST_F(CudaBackendTest, NameAndMemoryRoundTrip) {
+  EXPECT_EQ(cuda_->name(), "cuda:0");
+  EXPECT_FALSE(cuda_->is_host());
+  const std::vector<float> values = random_values(1000, 1);
+  Floats a(*cuda_, values);
+  EXPECT_EQ(compare_bits(a.host(), values), "");
+
+  Floats b(*cuda_, 1000, 7.0f);
+  cuda_->copy(sizeof(float) * 1000, a.get(), b.get());
+  EXPECT_EQ(compare_bits(b.host(), values), "");
+
+  cuda_->fill(1000, 2.5f, b.get());
+  EXPECT_EQ(compare_bits(b.host(), std::vector<float>(1000, 2.5f)), "");
+  cuda_->zero(sizeof(float) * 1000, b.get());
+  EXPECT_EQ(compare_bits(b.host(), std::vector<float>(1000, 0.0f)), "");
+  EXPECT_EQ(cuda_->allocate(0), nullptr);
+  cuda_->deallocate(nullptr);
+}
+
+TEST_F(CudaBackendTest, CopyFromHostSurvivesFreeingTheSource) {
+  // Small copies go through the staging ring (more copies than slots), large ones wait.
+  std::vector<Floats> arrays;
+  for (int i = 0; i < 12; ++i) {
+    auto values = std::make_unique<std::vector<float>>(5000, static_cast<float>(i));
+    arrays.emplace_back(*cuda_, 5000);
+    cuda_->copy_from_host(sizeof(float) * 5000, values->data(), arrays.back().get());
+    values.reset();  // freed before the device may have run the copy
+    std::vector<float> reuse(5000, -1.0f);  // likely the same host memory
+    (void)reuse;
+  }
+  const int64_t large = (int64_t{20} << 20) / sizeof(float);  // past the staging limit
+  Floats big(*cuda_, large);
+  {
+    std::vector<float> values(large, 3.0f);
+    cuda_->copy_from_host(sizeof(float) * large, values.data(), big.get());
+  }
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(compare_bits(arrays[i].host(), std::vector<float>(5000, float(i))), "") << i;
+  }
+  EXPECT_EQ(compare_bits(big.host(), std::vector<float>(large, 3.0f)), "");
+}
+
+// ---------------------------------------------------------------------------------------
+// BLAS
+// ---------------------------------------------------------------------------------------
+
+TEST_F(CudaBackendTest, GemmAllTransposes) {
+  const struct {
+    int64_t m, n, k;
+  } shapes[] = {{37, 29, 53}, {1, 17, 9}, {128, 96, 300}};
+  for (const auto& s : shapes) {
+    for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+      for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+        for (float beta : {0.0f, 0.5f}) {
+          SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k " << s.k
+                                            << " trans_a " << (ta == Transpose::kYes)
+                                            << " trans_b " << (tb == Transpose::kYes)
+                                            << " beta " << beta);
+          expect_same([&](Backend& be) -> Outputs {
+            Floats a(be, random_values(s.m * s.k, 1));
+            Floats b(be, random_values(s.k * s.n, 2));
+            Floats c(be, random_values(s.m * s.n, 3));
+            be.gemm(ta, tb, s.m, s.n, s.k, 0.7f, a.get(), b.get(), beta, c.get());
+            return {{"c", c.host()}};
+          });
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, GemmWithEmptySum) {
+  for (float beta : {0.0f, 0.5f, 1.0f}) {
+    SCOPED_TRACE(::testing::Message() << "beta " << beta);
+    expect_same([&](Backend& be) -> Outputs {
+      std::vector<float> init = random_values(6 * 4, 3);
+      if (beta == 0) init[5] = std::numeric_limits<float>::quiet_NaN();  // must not be read
+      Floats c(be, init);
+      be.gemm(Transpose::kNo, Transpose::kNo, 6, 4, 0, 1.0f, nullptr, nullptr, beta, c.get());
+      return {{"c", c.host()}};
+    }, -1);
+  }
+}
+
+TEST_F(CudaBackendTest, Gemv) {
+  for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+    for (float beta : {0.0f, 0.3f}) {
+      SCOPED_TRACE(::testing::Message() << "trans " << (ta == Transpose::kYes) << " beta "
+                                        << beta);
+      const int64_t m = 41, n = 23;
+      const int64_t in = ta == Transpose::kNo ? n : m, out = ta == Transpose::kNo ? m : n;
+      expect_same([&](Backend& be) -> Outputs {
+        Floats a(be, random_values(m * n, 4));
+        Floats x(be, random_values(in, 5));
+        Floats y(be, random_values(out, 6));
+        be.gemv(ta, m, n, 1.3f, a.get(), x.get(), beta, y.get());
+        return {{"y", y.host()}};
+      });
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, LevelOne) {
+  const int64_t n = 100003;
+  expect_same([&](Backend& be) -> Outputs {
+    Floats x(be, random_values(n, 7));
+    Floats y(be, random_values(n, 8));
+    be.axpy(n, 0.25f, x.get(), y.get());
+    return {{"axpy", y.host()}};
+  });
+  const struct {
+    float alpha, beta;
+  } coefficients[] = {{0.6f, -0.4f}, {0.6f, 0.0f}, {0.0f, 0.9f}};
+  for (const auto& [alpha, beta] : coefficients) {
+    SCOPED_TRACE(::testing::Message() << "axpby alpha " << alpha << " beta " << beta);
+    const float a = alpha, b = beta;  // lambdas cannot capture structured bindings in C++17
+    expect_same([&](Backend& be) -> Outputs {
+      Floats x(be, random_values(n, 9));
+      std::vector<float> init = random_values(n, 10);
+      if (b == 0) init[17] = std::numeric_limits<float>::quiet_NaN();  // must not be read
+      Floats y(be, init);
+      be.axpby(n, a, x.get(), b, y.get());
+      return {{"axpby", y.host()}};
+    });
+  }
+  expect_same([&](Backend& be) -> Outputs {
+    Floats x(be, random_values(n, 11));
+    be.scal(n, -1.7f, x.get());
+    return {{"scal", x.host()}};
+  });
+  expect_same([&](Backend& be) -> Outputs {
+    Floats a(be, random_values(n, 12));
+    Floats b(be, random_values(n, 13));
+    Floats y(be, n);
+    be.mul(n, a.get(), b.get(), y.get());
+    be.mul(n, y.get(), b.get(), a.get());
+    be.mul(n, a.get(), a.get(), a.get());  // in place
+    return {{"mul", y.host()}, {"mul in place", a.host()}};
+  }, -1);
+  // Positive values: the sums have no cancellation, so relative error is meaningful.
+  expect_same([&](Backend& be) -> Outputs {
+    Floats x(be, random_values(n, 14, 0, 1));
+    Floats y(be, random_values(n, 15, 0, 1));
+    Floats z(be, random_values(n, 16, -1, 1));
+    return {{"dot", {be.dot(n, x.get(), y.get())}}, {"asum", {be.asum(n, z.get())}}};
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Neural-network operations
+// ---------------------------------------------------------------------------------------
+
+TEST_F(CudaBackendTest, Activations) {
+  const int64_t n = 30001;
+  const struct {
+    Activation f;
+    float slope;
+    const char* name;
+  } cases[] = {{Activation::kReLU, 0.0f, "relu"},
+               {Activation::kReLU, 0.1f, "leaky relu"},
+               {Activation::kSigmoid, 0.0f, "sigmoid"},
+               {Activation::kTanH, 0.0f, "tanh"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    expect_same([&](Backend& be) -> Outputs {
+      std::vector<float> xv = random_values(n, 20, -4, 4);
+      xv[0] = 0.0f;  // the kink
+      Floats x(be, xv);
+      Floats y(be, n);
+      Floats dy(be, random_values(n, 21));
+      Floats dx(be, n);
+      be.activation_forward(c.f, n, c.slope, x.get(), y.get());
+      be.activation_backward(c.f, n, c.slope, y.get(), dy.get(), dx.get());
+      // In place: x becomes y, dy becomes dx.
+      be.activation_forward(c.f, n, c.slope, x.get(), x.get());
+      be.activation_backward(c.f, n, c.slope, x.get(), dy.get(), dy.get());
+      return {{"y", y.host()}, {"dx", dx.host()}, {"y in place", x.host()},
+              {"dx in place", dy.host()}};
+    });
+  }
+}
+
+TEST_F(CudaBackendTest, SoftmaxAndLogSoftmax) {
+  const struct {
+    int64_t rows, cols;
+  } shapes[] = {{7, 10}, {5, 1000}, {3, 1}, {2, 3000}, {300, 33}};
+  for (const auto& s : shapes) {
+    for (bool log : {false, true}) {
+      for (float offset : {0.0f, 1000.0f}) {  // large values must not overflow
+        SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " cols " << s.cols << " log "
+                                          << log << " offset " << offset);
+        const int64_t n = s.rows * s.cols;
+        expect_same([&](Backend& be) -> Outputs {
+          std::vector<float> xv = random_values(n, 30, -5, 5);
+          for (float& v : xv) v += offset;
+          Floats x(be, xv);
+          Floats y(be, n);
+          Floats dy(be, random_values(n, 31));
+          Floats dx(be, n);
+          be.softmax_forward(s.rows, s.cols, log, x.get(), y.get());
+          be.softmax_backward(s.rows, s.cols, log, y.get(), dy.get(), dx.get());
+          be.softmax_forward(s.rows, s.cols, log, x.get(), x.get());  // in place
+          be.softmax_backward(s.rows, s.cols, log, y.get(), dy.get(), dy.get());
+          return {{"y", y.host()}, {"dx", dx.host()}, {"y in place", x.host()},
+                  {"dx in place", dy.host()}};
+        });
+      }
+    }
+  }
+}
+
+struct LossCase {
+  const char* name;
+  LossOptions options;
+  bool with_ignored;  // some rows carry the ignore label
+  bool all_ignored;
+};
+
+std::vector<LossCase> loss_cases() {
+  std::vector<LossCase> cases;
+  const std::pair<Normalization, const char*> modes[] = {
+      {Normalization::kFull, "full"},
+      {Normalization::kValid, "valid"},
+      {Normalization::kBatchSize, "batch size"},
+      {Normalization::kNone, "none"}};
+  for (const auto& [mode, name] : modes) {
+    LossOptions plain;
+    plain.normalization = mode;
+    cases.push_back({name, plain, false, false});
+    LossOptions ignoring = plain;
+    ignoring.has_ignore_label = true;
+    ignoring.ignore_label = -1;
+    cases.push_back({name, ignoring, true, false});
+  }
+  LossOptions all;
+  all.has_ignore_label = true;
+  all.ignore_label = 255;
+  all.normalization = Normalization::kValid;
+  cases.push_back({"every row ignored", all, true, true});
+  return cases;
+}
+
+std::vector<float> loss_labels(const LossCase& c, int64_t rows, int64_t cols, uint64_t seed) {
+  std::vector<float> labels =
+      labels_for(rows, cols, seed, c.with_ignored, c.options.ignore_label);
+  if (c.all_ignored) labels.assign(rows, static_cast<float>(c.options.ignore_label));
+  return labels;
+}
+
+TEST_F(CudaBackendTest, SoftmaxCrossEntropy) {
+  const struct {
+    int64_t rows, cols;
+  } shapes[] = {{13, 10}, {4, 1000}, {64, 10}};
+  for (const auto& s : shapes) {
+    for (const LossCase& c : loss_cases()) {
+      SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " cols " << s.cols << " "
+                                        << c.name << " ignore " << c.options.has_ignore_label);
+      const int64_t n = s.rows * s.cols;
+      expect_same([&](Backend& be) -> Outputs {
+        Floats x(be, random_values(n, 40, -8, 8));
+        Floats labels(be, loss_labels(c, s.rows, s.cols, 41));
+        Floats prob(be, n), loss(be, 1), norm(be, 1), dx(be, n);
+        Floats dloss(be, std::vector<float>{1.7f});
+        be.softmax_cross_entropy_forward(s.rows, s.cols, x.get(), labels.get(), c.options,
+                                         prob.get(), loss.get(), norm.get());
+        be.softmax_cross_entropy_backward(s.rows, s.cols, prob.get(), labels.get(), c.options,
+                                          norm.get(), dloss.get(), dx.get());
+        return {{"prob", prob.host()}, {"loss", loss.host()}, {"norm", norm.host()},
+                {"dx", dx.host()}};
+      });
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, NegativeLogLikelihood) {
+  const int64_t rows = 29, cols = 12, n = rows * cols;
+  for (const LossCase& c : loss_cases()) {
+    SCOPED_TRACE(::testing::Message() << c.name << " ignore " << c.options.has_ignore_label);
+    expect_same([&](Backend& be) -> Outputs {
+      Floats logp(be, random_values(n, 50, -6, -0.01f));
+      Floats labels(be, loss_labels(c, rows, cols, 51));
+      Floats loss(be, 1), norm(be, 1), dx(be, n, 9.0f);
+      Floats dloss(be, std::vector<float>{0.8f});
+      be.nll_loss_forward(rows, cols, logp.get(), labels.get(), c.options, loss.get(),
+                          norm.get());
+      be.nll_loss_backward(rows, cols, labels.get(), c.options, norm.get(), dloss.get(),
+                           dx.get());
+      return {{"loss", loss.host()}, {"norm", norm.host()}, {"dx", dx.host()}};
+    });
+  }
+}
+
+TEST_F(CudaBackendTest, Euclidean) {
+  const struct {
+    int64_t rows, cols;
+  } shapes[] = {{17, 9}, {1000, 300}, {1, 1}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " cols " << s.cols);
+    const int64_t n = s.rows * s.cols;
+    expect_same([&](Backend& be) -> Outputs {
+      Floats a(be, random_values(n, 60)), b(be, random_values(n, 61));
+      Floats diff(be, n), loss(be, 1), da(be, n), db(be, n);
+      Floats dloss(be, std::vector<float>{0.7f});
+      be.euclidean_loss_forward(s.rows, s.cols, a.get(), b.get(), diff.get(), loss.get());
+      be.euclidean_loss_backward(s.rows, s.cols, 1.0f, diff.get(), dloss.get(), da.get());
+      be.euclidean_loss_backward(s.rows, s.cols, -1.0f, diff.get(), dloss.get(), db.get());
+      return {{"diff", diff.host()}, {"loss", loss.host()}, {"da", da.host()},
+              {"db", db.host()}};
+    });
+  }
+}
+
+TEST_F(CudaBackendTest, Accuracy) {
+  const int64_t rows = 50, cols = 10, n = rows * cols;
+  std::vector<float> scores = random_values(n, 70, 0, 5);
+  for (float& v : scores) v = std::floor(v);  // many ties with the label's score
+  for (int top_k : {1, 3, 10}) {
+    for (const LossCase& c : loss_cases()) {
+      if (c.options.normalization != Normalization::kValid) continue;
+      SCOPED_TRACE(::testing::Message() << "top " << top_k << " " << c.name << " ignore "
+                                        << c.options.has_ignore_label);
+      expect_same([&](Backend& be) -> Outputs {
+        Floats x(be, scores), labels(be, loss_labels(c, rows, cols, 71)), out(be, 1);
+        be.accuracy(rows, cols, top_k, x.get(), labels.get(), c.options, out.get());
+        return {{"accuracy", out.host()}};
+      }, -1);
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, DropoutMasksAreBitIdentical) {
+  const int64_t n = 100003;
+  for (float ratio : {0.3f, 0.5f}) {
+    SCOPED_TRACE(::testing::Message() << "ratio " << ratio);
+    expect_same([&](Backend& be) -> Outputs {
+      Floats x(be, random_values(n, 80)), mask(be, n), y(be, n);
+      be.dropout_forward(n, ratio, 1234567, 89, x.get(), mask.get(), y.get());
+      be.dropout_forward(n, ratio, 1234567, 89, x.get(), mask.get(), x.get());  // in place
+      return {{"mask", mask.host()}, {"y", y.host()}, {"y in place", x.host()}};
+    }, -1);
+  }
+  Floats x(*cuda_, n, 1.0f), mask(*cuda_, n), y(*cuda_, n);
+  cuda_->dropout_forward(n, 0.3f, 5, 0, x.get(), mask.get(), y.get());
+  int64_t kept = 0;
+  for (float m : mask.host()) kept += m != 0;
+  EXPECT_NEAR(double(kept) / n, 0.7, 0.01);
+}
+
+TEST_F(CudaBackendTest, GatherRowsWraps) {
+  const int64_t src_rows = 7, cols = 13, rows = 10;
+  std::vector<uint8_t> src(src_rows * cols);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>((i * 37) % 256);
+  const std::vector<int32_t> order = {6, 2, 0, 5, 1, 3, 4};
+  expect_same([&](Backend& be) -> Outputs {
+    Array<uint8_t> s(be, src);
+    Array<int32_t> o(be, order);
+    Floats dst(be, rows * cols);
+    be.gather_rows(rows, cols, s.get(), o.get(), src_rows, 5, 1.0f / 255, dst.get());
+    return {{"dst", dst.host()}};
+  }, -1);
+}
+
+TEST_F(CudaBackendTest, UpdateEveryRule) {
+  // Two segments with a padding gap between them and after them.
+  const int64_t n = 100;
+  const std::vector<ParamSegment> segments = {{0, 37, 1.0f, 1.0f}, {48, 50, 2.0f, 0.5f}};
+  std::vector<float> w0 = random_values(n, 90);
+  w0[5] = 0.0f;  // sign(0) = 0 under L1
+  const UpdateRule rules[] = {UpdateRule::kSGD,   UpdateRule::kNesterov,
+                              UpdateRule::kAdam,  UpdateRule::kAdamW,
+                              UpdateRule::kRMSProp, UpdateRule::kAdaGrad};
+  for (UpdateRule rule : rules) {
+    for (Regularization reg : {Regularization::kL2, Regularization::kL1}) {
+      SCOPED_TRACE(::testing::Message() << rule_name(rule) << " "
+                                        << (reg == Regularization::kL1 ? "L1" : "L2"));
+      std::vector<float> cuda_weights;
+      expect_same([&](Backend& be) -> Outputs {
+        Floats w(be, w0), g(be, n), h(be, n), h2(be, n);
+        Array<ParamSegment> segs(be, segments);
+        UpdateArgs args;
+        args.rule = rule;
+        args.lr = 0.01f;
+        args.momentum = 0.9f;
+        args.momentum2 = rule == UpdateRule::kRMSProp ? 0.98f : 0.999f;
+        args.delta = 1e-8f;
+        args.weight_decay = 5e-3f;
+        args.regularization = reg;
+        args.grad_scale = 0.5f;
+        for (int step = 1; step <= 3; ++step) {
+          std::vector<float> grads = random_values(n, 100 + step);
+          be.copy_from_host(sizeof(float) * n, grads.data(), g.get());
+          args.step = step;
+          be.update(args, n, segs.get(), 2, w.get(), g.get(), h.get(), h2.get());
+        }
+        if (&be != &native_) cuda_weights = w.host();
+        return {{"weights", w.host()}, {"history", h.host()}, {"history2", h2.host()}};
+      });
+      ASSERT_EQ(cuda_weights.size(), size_t(n));
+      for (int64_t i : {37, 40, 47, 98, 99}) {  // padding: untouched
+        EXPECT_EQ(cuda_weights[i], w0[i]) << "padding element " << i << " was changed";
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Determinism, transfers, contexts, errors
+// ---------------------------------------------------------------------------------------
+
+TEST_F(CudaBackendTest, ScalarReductionsAreBitIdenticalRunToRun) {
+  const int64_t rows = 4096, cols = 100, n = rows * cols;
+  Floats x(*cuda_, random_values(n, 110, -8, 8));
+  Floats labels(*cuda_, labels_for(rows, cols, 111, true, -1));
+  Floats prob(*cuda_, n), loss(*cuda_, 1), norm(*cuda_, 1), diff(*cuda_, n);
+  LossOptions options;
+  options.has_ignore_label = true;
+  options.ignore_label = -1;
+  std::vector<float> first;
+  for (int run = 0; run < 3; ++run) {
+    cuda_->softmax_cross_entropy_forward(rows, cols, x.get(), labels.get(), options,
+                                         prob.get(), loss.get(), norm.get());
+    std::vector<float> results = loss.host();
+    cuda_->euclidean_loss_forward(rows, cols, x.get(), prob.get(), diff.get(), loss.get());
+    results.push_back(loss.host()[0]);
+    results.push_back(cuda_->dot(n, x.get(), prob.get()));
+    results.push_back(cuda_->asum(n, x.get()));
+    if (run == 0) {
+      first = results;
+    } else {
+      EXPECT_EQ(compare_bits(results, first), "") << "run " << run;
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, KernelsAloneMakeNoTransfers) {
+  Backend& be = *cuda_;
+  const int64_t rows = 64, cols = 10, in = 50, n = rows * cols;
+  Floats x(be, random_values(rows * in, 120)), w(be, random_values(cols * in, 121));
+  Floats gw(be, cols * in), h(be, cols * in), y(be, n), prob(be, n), dx(be, n), mask(be, n);
+  Floats labels(be, labels_for(rows, cols, 122, false, 0));
+  Floats loss(be, 1), norm(be, 1), acc(be, 1), dloss(be, std::vector<float>{1.0f});
+  Array<ParamSegment> segs(be, std::vector<ParamSegment>{{0, cols * in, 1.0f, 1.0f}});
+  Array<uint8_t> data(be, std::vector<uint8_t>(rows * in, 7));
+  Array<int32_t> order(be, std::vector<int32_t>(rows, 0));
+  be.synchronize();
+
+  const TransferStats before = be.transfers();
+  LossOptions options;
+  UpdateArgs args;
+  args.lr = 0.1f;
+  args.momentum = 0.9f;
+  for (int step = 1; step <= 3; ++step) {
+    be.gather_rows(rows, in, data.get(), order.get(), rows, 0, 1.0f / 255, x.get());
+    be.gemm(Transpose::kNo, Transpose::kYes, rows, cols, in, 1.0f, x.get(), w.get(), 0.0f,
+            y.get());
+    be.activation_forward(Activation::kReLU, n, 0.0f, y.get(), y.get());
+    be.dropout_forward(n, 0.5f, 1, step * n, y.get(), mask.get(), y.get());
+    be.softmax_cross_entropy_forward(rows, cols, y.get(), labels.get(), options, prob.get(),
+                                     loss.get(), norm.get());
+    be.accuracy(rows, cols, 1, y.get(), labels.get(), options, acc.get());
+    be.softmax_cross_entropy_backward(rows, cols, prob.get(), labels.get(), options,
+                                      norm.get(), dloss.get(), dx.get());
+    be.mul(n, dx.get(), mask.get(), dx.get());
+    be.activation_backward(Activation::kReLU, n, 0.0f, y.get(), dx.get(), dx.get());
+    be.zero(sizeof(float) * cols * in, gw.get());
+    be.gemm(Transpose::kYes, Transpose::kNo, cols, in, rows, 1.0f, dx.get(), x.get(), 1.0f,
+            gw.get());
+    args.step = step;
+    be.update(args, cols * in, segs.get(), 1, w.get(), gw.get(), h.get(), nullptr);
+  }
+  be.synchronize();
+  EXPECT_EQ(be.transfers().to_host, before.to_host);
+  EXPECT_EQ(be.transfers().from_host, before.from_host);
+  EXPECT_EQ(be.transfers().bytes, before.bytes);
+
+  std::vector<float> host(1);
+  be.copy_to_host(sizeof(float), loss.get(), host.data());
+  EXPECT_EQ(be.transfers().to_host, before.to_host + 1);
+  EXPECT_EQ(be.transfers().from_host, before.from_host);
+  EXPECT_EQ(be.transfers().bytes, before.bytes + int64_t(sizeof(float)));
+  EXPECT_TRUE(std::isfinite(host[0]));
+}
+
+TEST_F(CudaBackendTest, OneContextPerDevice) {
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int i = 0; i < 4; ++i) backends.push_back(make_cuda_backend(0));
+  for (auto& be : backends) {
+    Floats a(*be, 100, 1.0f);
+    be->scal(100, 2.0f, a.get());
+    EXPECT_EQ(compare_bits(a.host(), std::vector<float>(100, 2.0f)), "");
+  }
+  const CudaDiagnostics d = cuda_diagnostics();
+  // This test binary only uses device 0.
+  EXPECT_EQ(d.contexts_created, 1);
+  EXPECT_EQ(d.streams_created, 1);
+  EXPECT_EQ(d.blas_handles_created, 1);
+  EXPECT_LE(d.dnn_handles_created, 1);
+}
+
+TEST_F(CudaBackendTest, OutOfMemoryNamesTheRequest) {
+  const size_t pebibyte = size_t{1} << 50;
+  try {
+    cuda_->allocate(pebibyte);
+    FAIL() << "allocating 1 PiB did not throw";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(std::to_string(pebibyte)), std::string::npos) << message;
+    EXPECT_NE(message.find("free"), std::string::npos) << message;
+  }
+  // The failure must not poison later work.
+  Floats a(*cuda_, 10, 1.0f);
+  cuda_->axpby(10, 2.0f, a.get(), 1.0f, a.get());
+  EXPECT_EQ(compare_bits(a.host(), std::vector<float>(10, 3.0f)), "");
+}
+
+TEST(CudaBackendErrors, MissingDeviceSaysWhatWasFound) {
+  if (!cuda_compiled()) GTEST_SKIP() << "built without CUDA";
+  // Runs with or without a GPU: this is what a user asking for a missing GPU sees.
+  const std::string count = std::to_string(cuda_device_count());
+  for (int device : {99, -1}) {
+    try {
+      make_cuda_backend(device);
+      FAIL() << "make_cuda_backend(" << device << ") did not throw";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(count + " CUDA device"), std::string::npos) << message;
+      EXPECT_NE(message.find("--gpu"), std::string::npos) << message;
+      EXPECT_NE(message.find("GPU " + std::to_string(device)), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(CudaBackendErrors, DeviceQueryReportsVersions) {
+  if (!cuda_compiled()) GTEST_SKIP() << "built without CUDA";
+  const std::string report = cuda_device_query();
+  EXPECT_NE(report.find("CUDA runtime"), std::string::npos) << report;
+  EXPECT_NE(report.find("cuBLAS"), std::string::npos) << report;
+  if (cuda_device_count() > 0) {
+    EXPECT_NE(report.find("Device 0"), std::string::npos) << report;
+    EXPECT_NE(report.find("compute capability"), std::string::npos) << report;
+  }
+}
+
+}  // namespace
+}  // namespace lamina::testing

@@ -1,0 +1,852 @@
+// NativeBackend, operation by operation, against straightforward reference loops evaluated
+// in double inside the test (the semantics are the comments in backend.hpp). Inputs are
+// random, non-zero, of odd sizes; elementwise operations also run on 100003 elements so the
+// OpenMP path is exercised, and in place. NativeBackend memory is host memory, so the tests
+// pass std::vector storage directly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "lamina/common.hpp"
+#include "lamina/counter_rng.hpp"
+#include "lamina/native_backend.hpp"
+#include "test_util.hpp"
+
+namespace lamina {
+namespace {
+
+using testing::compare;
+using testing::random_values;
+
+// actual agrees with expected to tol (normalised error); else the first differences.
+::testing::AssertionResult matches(const std::vector<float>& actual,
+                                   const std::vector<float>& expected, double tol) {
+  const std::string mismatch = compare(actual, expected, tol);
+  if (mismatch.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << mismatch;
+}
+#define EXPECT_MATCH(actual, expected, tol) EXPECT_TRUE(matches((actual), (expected), (tol)))
+
+std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+// Class indices in [0, cols), stored as floats.
+std::vector<float> random_labels(int64_t rows, int cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> dist(0, cols - 1);
+  std::vector<float> labels(rows);
+  for (auto& l : labels) l = static_cast<float>(dist(rng));
+  return labels;
+}
+
+// Relative closeness of two scalars.
+void expect_scalar_near(double actual, double expected, double rel_tol) {
+  EXPECT_NEAR(actual, expected, rel_tol * std::max(1.0, std::abs(expected)));
+}
+
+class NativeBackendTest : public ::testing::Test {
+ protected:
+  NativeBackend backend_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Memory
+// ---------------------------------------------------------------------------------------
+
+TEST_F(NativeBackendTest, MemoryIsAlignedAndCopiesWithoutCountingTransfers) {
+  const int64_t n = 1001;
+  const size_t bytes = sizeof(float) * n;
+  auto* a = static_cast<float*>(backend_.allocate(bytes));
+  auto* b = static_cast<float*>(backend_.allocate(bytes + 3));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 64, 0u);
+
+  backend_.fill(n, 2.5f, a);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], 2.5f) << "fill, element " << i;
+  backend_.zero(bytes, a);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], 0.0f) << "zero, element " << i;
+
+  const std::vector<float> source = random_values(n, 1);
+  backend_.copy_from_host(bytes, source.data(), a);
+  backend_.copy(bytes, a, b);
+  std::vector<float> back(n, 0.0f);
+  backend_.copy_to_host(bytes, b, back.data());
+  EXPECT_EQ(back, source);
+
+  EXPECT_EQ(backend_.transfers().to_host, 0);
+  EXPECT_EQ(backend_.transfers().from_host, 0);
+  EXPECT_EQ(backend_.transfers().bytes, 0);
+  EXPECT_TRUE(backend_.is_host());
+  EXPECT_EQ(backend_.name(), "native");
+  backend_.deallocate(a);
+  backend_.deallocate(b);
+}
+
+TEST_F(NativeBackendTest, FillTakesTheParallelPath) {
+  std::vector<float> x(100003, -1.0f);
+  backend_.fill(static_cast<int64_t>(x.size()), 0.25f, x.data());
+  EXPECT_EQ(std::count(x.begin(), x.end(), 0.25f), static_cast<int64_t>(x.size()));
+}
+
+TEST_F(NativeBackendTest, AllocationFailureThrowsWithTheByteCount) {
+  const size_t bytes = std::numeric_limits<size_t>::max() / 2 + 1;  // beyond PTRDIFF_MAX
+  try {
+    backend_.allocate(bytes);
+    FAIL() << "allocating " << bytes << " bytes did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(bytes)), std::string::npos) << e.what();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// BLAS
+// ---------------------------------------------------------------------------------------
+
+class GemmTest : public NativeBackendTest,
+                 public ::testing::WithParamInterface<std::tuple<Transpose, Transpose>> {};
+
+TEST_P(GemmTest, MatchesReference) {
+  const auto [trans_a, trans_b] = GetParam();
+  const int64_t m = 37, n = 53, k = 29;
+  const float alpha = 0.7f, beta = -0.3f;
+  const auto a = random_values(m * k, 2);  // (m, k), or (k, m) when transposed
+  const auto b = random_values(k * n, 3);  // (k, n), or (n, k) when transposed
+  auto c = random_values(m * n, 4);        // (m, n)
+  std::vector<double> expected(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double av = trans_a == Transpose::kNo ? a[i * k + p] : a[p * m + i];
+        const double bv = trans_b == Transpose::kNo ? b[p * n + j] : b[j * k + p];
+        sum += av * bv;
+      }
+      expected[i * n + j] = alpha * sum + double(beta) * c[i * n + j];
+    }
+  }
+  backend_.gemm(trans_a, trans_b, m, n, k, alpha, a.data(), b.data(), beta, c.data());
+  EXPECT_MATCH(c, to_float(expected), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTransposes, GemmTest,
+    ::testing::Combine(::testing::Values(Transpose::kNo, Transpose::kYes),
+                       ::testing::Values(Transpose::kNo, Transpose::kYes)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) == Transpose::kNo ? "N" : "T") +
+             (std::get<1>(info.param) == Transpose::kNo ? "N" : "T");
+    });
+
+TEST_F(NativeBackendTest, GemmWithZeroBetaIgnoresOldC) {
+  const int64_t m = 5, n = 3, k = 7;
+  const auto a = random_values(m * k, 5);
+  const auto b = random_values(k * n, 6);
+  std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN());
+  std::vector<double> expected(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) expected[i * n + j] += 2.0 * a[i * k + p] * b[p * n + j];
+  backend_.gemm(Transpose::kNo, Transpose::kNo, m, n, k, 2.0f, a.data(), b.data(), 0.0f,
+                c.data());
+  EXPECT_MATCH(c, to_float(expected), 1e-5);
+}
+
+TEST_F(NativeBackendTest, GemmWithEmptyInnerDimensionScalesC) {
+  auto c = random_values(6, 7);
+  std::vector<float> expected(c.size());
+  for (size_t i = 0; i < c.size(); ++i) expected[i] = 0.5f * c[i];
+  backend_.gemm(Transpose::kNo, Transpose::kNo, 2, 3, 0, 1.0f, nullptr, nullptr, 0.5f, c.data());
+  EXPECT_EQ(c, expected);
+}
+
+TEST_F(NativeBackendTest, GemvBothWays) {
+  const int64_t m = 37, n = 53;
+  const float alpha = 1.3f, beta = 0.4f;
+  const auto a = random_values(m * n, 8);  // (m, n)
+  for (Transpose trans : {Transpose::kNo, Transpose::kYes}) {
+    SCOPED_TRACE(trans == Transpose::kNo ? "A x" : "A^T x");
+    const int64_t out = trans == Transpose::kNo ? m : n;
+    const int64_t in = trans == Transpose::kNo ? n : m;
+    const auto x = random_values(in, 9);
+    auto y = random_values(out, 10);
+    std::vector<double> expected(out);
+    for (int64_t i = 0; i < out; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < in; ++j) {
+        sum += double(trans == Transpose::kNo ? a[i * n + j] : a[j * n + i]) * x[j];
+      }
+      expected[i] = alpha * sum + double(beta) * y[i];
+    }
+    backend_.gemv(trans, m, n, alpha, a.data(), x.data(), beta, y.data());
+    EXPECT_MATCH(y, to_float(expected), 1e-5);
+  }
+}
+
+TEST_F(NativeBackendTest, LevelOneOperations) {
+  for (int64_t n : {int64_t{1001}, int64_t{100003}}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    const auto x = random_values(n, 11);
+    const auto y0 = random_values(n, 12);
+    std::vector<double> expected(n);
+
+    auto y = y0;
+    backend_.axpy(n, 0.75f, x.data(), y.data());
+    for (int64_t i = 0; i < n; ++i) expected[i] = 0.75 * x[i] + y0[i];
+    EXPECT_MATCH(y, to_float(expected), 1e-6) << "axpy";
+
+    y = y0;
+    backend_.axpby(n, 0.75f, x.data(), -1.25f, y.data());
+    for (int64_t i = 0; i < n; ++i) expected[i] = 0.75 * x[i] - 1.25 * y0[i];
+    EXPECT_MATCH(y, to_float(expected), 1e-6) << "axpby";
+
+    y = y0;
+    backend_.scal(n, -2.5f, y.data());
+    for (int64_t i = 0; i < n; ++i) expected[i] = -2.5 * y0[i];
+    EXPECT_MATCH(y, to_float(expected), 1e-6) << "scal";
+
+    y = y0;
+    backend_.mul(n, x.data(), y0.data(), y.data());
+    for (int64_t i = 0; i < n; ++i) expected[i] = double(x[i]) * y0[i];
+    EXPECT_MATCH(y, to_float(expected), 1e-6) << "mul";
+    y = y0;
+    backend_.mul(n, x.data(), y.data(), y.data());  // in place
+    EXPECT_MATCH(y, to_float(expected), 1e-6) << "mul in place";
+
+    double dot = 0, dot_abs = 0, asum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      dot += double(x[i]) * y0[i];
+      dot_abs += std::abs(double(x[i]) * y0[i]);
+      asum += std::abs(double(x[i]));
+    }
+    EXPECT_NEAR(backend_.dot(n, x.data(), y0.data()), dot, 1e-5 * dot_abs) << "dot";
+    EXPECT_NEAR(backend_.asum(n, x.data()), asum, 1e-5 * asum) << "asum";
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Activations
+// ---------------------------------------------------------------------------------------
+
+struct ActivationCase {
+  Activation f;
+  float negative_slope;
+  const char* name;
+};
+
+class ActivationTest : public NativeBackendTest,
+                       public ::testing::WithParamInterface<ActivationCase> {};
+
+// f(x) and f'(x) in double, from the input x.
+double reference_forward(const ActivationCase& c, double x) {
+  switch (c.f) {
+    case Activation::kReLU: return x > 0 ? x : c.negative_slope * x;
+    case Activation::kSigmoid: return 1.0 / (1.0 + std::exp(-x));
+    case Activation::kTanH: return std::tanh(x);
+  }
+  return 0;
+}
+
+double reference_derivative(const ActivationCase& c, double x) {
+  switch (c.f) {
+    case Activation::kReLU: return x > 0 ? 1.0 : c.negative_slope;
+    case Activation::kSigmoid: {
+      const double s = 1.0 / (1.0 + std::exp(-x));
+      return s * (1 - s);
+    }
+    case Activation::kTanH: return 1 - std::tanh(x) * std::tanh(x);
+  }
+  return 0;
+}
+
+TEST_P(ActivationTest, ForwardAndBackwardMatchReference) {
+  const ActivationCase& c = GetParam();
+  for (int64_t n : {int64_t{37 * 53}, int64_t{100003}}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    const auto x = random_values(n, 13, -3, 3);
+    const auto dy = random_values(n, 14);
+    std::vector<double> expected_y(n), expected_dx(n);
+    for (int64_t i = 0; i < n; ++i) {
+      expected_y[i] = reference_forward(c, x[i]);
+      expected_dx[i] = dy[i] * reference_derivative(c, x[i]);
+    }
+
+    std::vector<float> y(n);
+    backend_.activation_forward(c.f, n, c.negative_slope, x.data(), y.data());
+    EXPECT_MATCH(y, to_float(expected_y), 1e-6) << "forward";
+    auto in_place = x;
+    backend_.activation_forward(c.f, n, c.negative_slope, in_place.data(), in_place.data());
+    EXPECT_EQ(in_place, y) << "forward in place";
+
+    std::vector<float> dx(n);
+    backend_.activation_backward(c.f, n, c.negative_slope, y.data(), dy.data(), dx.data());
+    EXPECT_MATCH(dx, to_float(expected_dx), 1e-5) << "backward";
+    auto grad_in_place = dy;
+    backend_.activation_backward(c.f, n, c.negative_slope, in_place.data(),
+                                 grad_in_place.data(), grad_in_place.data());
+    EXPECT_EQ(grad_in_place, dx) << "backward in place";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFunctions, ActivationTest,
+                         ::testing::Values(ActivationCase{Activation::kReLU, 0.0f, "ReLU"},
+                                           ActivationCase{Activation::kReLU, 0.1f, "LeakyReLU"},
+                                           ActivationCase{Activation::kSigmoid, 0.1f, "Sigmoid"},
+                                           ActivationCase{Activation::kTanH, 0.1f, "TanH"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// ---------------------------------------------------------------------------------------
+// Softmax
+// ---------------------------------------------------------------------------------------
+
+// Random scores (rows, cols) in [-5, 5], with row 3 around 1000 and row 5 all equal to 1000.
+std::vector<float> softmax_inputs(int64_t rows, int64_t cols, uint64_t seed) {
+  auto x = random_values(rows * cols, seed, -5, 5);
+  for (int64_t j = 0; j < cols; ++j) {
+    x[3 * cols + j] = 1000.0f + 0.5f * static_cast<float>(j % 7);
+    x[5 * cols + j] = 1000.0f;
+  }
+  return x;
+}
+
+// Row-wise softmax or log-softmax in double, max subtracted.
+std::vector<double> reference_softmax(int64_t rows, int64_t cols, bool log,
+                                      const std::vector<float>& x) {
+  std::vector<double> y(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * cols;
+    const double max = *std::max_element(xr, xr + cols);
+    double sum = 0;
+    for (int64_t j = 0; j < cols; ++j) sum += std::exp(xr[j] - max);
+    for (int64_t j = 0; j < cols; ++j) {
+      y[r * cols + j] = log ? xr[j] - max - std::log(sum) : std::exp(xr[j] - max) / sum;
+    }
+  }
+  return y;
+}
+
+TEST_F(NativeBackendTest, SoftmaxForwardAndBackward) {
+  const int64_t rows = 37, cols = 53;
+  const auto x = softmax_inputs(rows, cols, 15);
+  const auto dy = random_values(rows * cols, 16);
+  for (bool log : {false, true}) {
+    SCOPED_TRACE(log ? "log-softmax" : "softmax");
+    const auto expected_y = reference_softmax(rows, cols, log, x);
+    std::vector<float> y(rows * cols);
+    backend_.softmax_forward(rows, cols, log, x.data(), y.data());
+    EXPECT_MATCH(y, to_float(expected_y), 1e-6);
+    for (float v : y) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_NEAR(y[5 * cols], log ? -std::log(double(cols)) : 1.0 / cols, 1e-6)
+        << "equal scores of 1000 give a uniform row";
+    auto in_place = x;
+    backend_.softmax_forward(rows, cols, log, in_place.data(), in_place.data());
+    EXPECT_EQ(in_place, y) << "forward in place";
+
+    // From the backend's own output y, in double.
+    std::vector<double> expected_dx(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        sum += log ? double(dy[r * cols + j]) : double(dy[r * cols + j]) * y[r * cols + j];
+      }
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t i = r * cols + j;
+        expected_dx[i] = log ? dy[i] - std::exp(double(y[i])) * sum : y[i] * (dy[i] - sum);
+      }
+    }
+    std::vector<float> dx(rows * cols);
+    backend_.softmax_backward(rows, cols, log, y.data(), dy.data(), dx.data());
+    EXPECT_MATCH(dx, to_float(expected_dx), 1e-5);
+    auto grad_in_place = dy;
+    backend_.softmax_backward(rows, cols, log, y.data(), grad_in_place.data(),
+                              grad_in_place.data());
+    EXPECT_EQ(grad_in_place, dx) << "backward in place";
+  }
+}
+
+TEST_F(NativeBackendTest, SoftmaxOfManyRowsTakesTheParallelPath) {
+  const int64_t rows = 1001, cols = 67;
+  const auto x = softmax_inputs(rows, cols, 17);
+  for (bool log : {false, true}) {
+    std::vector<float> y(rows * cols);
+    backend_.softmax_forward(rows, cols, log, x.data(), y.data());
+    EXPECT_MATCH(y, to_float(reference_softmax(rows, cols, log, x)), 1e-6)
+        << (log ? "log-softmax" : "softmax");
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Losses
+// ---------------------------------------------------------------------------------------
+
+struct LossCase {
+  Normalization normalization;
+  bool has_ignore_label;
+  const char* name;
+};
+
+class LossTest : public NativeBackendTest, public ::testing::WithParamInterface<LossCase> {
+ protected:
+  static constexpr int64_t kRows = 37;
+  static constexpr int kCols = 11;
+  static constexpr int kIgnore = 5;  // a real class: rows with label 5 are skipped
+
+  LossOptions options() const {
+    LossOptions o;
+    o.has_ignore_label = GetParam().has_ignore_label;
+    o.ignore_label = kIgnore;
+    o.normalization = GetParam().normalization;
+    return o;
+  }
+  bool ignored(float label) const {
+    return GetParam().has_ignore_label && static_cast<int>(label) == kIgnore;
+  }
+  // The normaliser the contract asks for, given the labels.
+  double expected_norm(const std::vector<float>& labels) const {
+    int64_t valid = 0;
+    for (float l : labels) valid += !ignored(l);
+    switch (GetParam().normalization) {
+      case Normalization::kFull:
+      case Normalization::kBatchSize: return kRows;
+      case Normalization::kValid: return std::max<int64_t>(valid, 1);
+      case Normalization::kNone: return 1;
+    }
+    return 0;
+  }
+  std::vector<float> labels() const {
+    auto l = random_labels(kRows, kCols, 18);
+    l[0] = kIgnore;  // at least one ignored row
+    l[3] = 0;        // row 3 of softmax_inputs is around 1000: a loss of about 3
+    l[4] = 1;
+    return l;
+  }
+};
+
+TEST_P(LossTest, SoftmaxCrossEntropyForwardAndBackward) {
+  const auto x = softmax_inputs(kRows, kCols, 19);
+  auto x_mod = x;
+  // A row whose label has underflowing probability: loss 1000, finite.
+  x_mod[4 * kCols + 0] = 1000.0f;
+  x_mod[4 * kCols + 1] = 0.0f;
+  const auto label = labels();
+  const auto p = reference_softmax(kRows, kCols, false, x_mod);
+  const auto logp = reference_softmax(kRows, kCols, true, x_mod);
+  const double norm_expected = expected_norm(label);
+  double loss_expected = 0;
+  for (int64_t r = 0; r < kRows; ++r) {
+    if (!ignored(label[r])) loss_expected -= logp[r * kCols + static_cast<int>(label[r])];
+  }
+  loss_expected /= norm_expected;
+
+  std::vector<float> prob(kRows * kCols);
+  float loss = -1, norm = -1;
+  backend_.softmax_cross_entropy_forward(kRows, kCols, x_mod.data(), label.data(), options(),
+                                         prob.data(), &loss, &norm);
+  EXPECT_MATCH(prob, to_float(p), 1e-6);
+  EXPECT_EQ(norm, static_cast<float>(norm_expected));
+  ASSERT_TRUE(std::isfinite(loss));
+  expect_scalar_near(loss, loss_expected, 1e-6);
+
+  const float dloss = 1.7f;
+  std::vector<double> dx_expected(kRows * kCols, 0.0);
+  for (int64_t r = 0; r < kRows; ++r) {
+    if (ignored(label[r])) continue;
+    for (int j = 0; j < kCols; ++j) {
+      dx_expected[r * kCols + j] =
+          (prob[r * kCols + j] - (j == static_cast<int>(label[r]) ? 1.0 : 0.0)) * dloss / norm;
+    }
+  }
+  std::vector<float> dx(kRows * kCols, 99.0f);
+  backend_.softmax_cross_entropy_backward(kRows, kCols, prob.data(), label.data(), options(),
+                                          &norm, &dloss, dx.data());
+  EXPECT_MATCH(dx, to_float(dx_expected), 1e-6);
+  for (int64_t r = 0; r < kRows; ++r) {
+    if (!ignored(label[r])) continue;
+    for (int j = 0; j < kCols; ++j) ASSERT_EQ(dx[r * kCols + j], 0.0f) << "ignored row " << r;
+  }
+  auto in_place = prob;  // dx written over prob
+  backend_.softmax_cross_entropy_backward(kRows, kCols, in_place.data(), label.data(),
+                                          options(), &norm, &dloss, in_place.data());
+  EXPECT_EQ(in_place, dx) << "backward in place";
+}
+
+TEST_P(LossTest, NllForwardAndBackward) {
+  const auto logp = random_values(kRows * kCols, 20, -6, -0.01f);
+  const auto label = labels();
+  const double norm_expected = expected_norm(label);
+  double loss_expected = 0;
+  for (int64_t r = 0; r < kRows; ++r) {
+    if (!ignored(label[r])) loss_expected -= logp[r * kCols + static_cast<int>(label[r])];
+  }
+  loss_expected /= norm_expected;
+
+  float loss = -1, norm = -1;
+  backend_.nll_loss_forward(kRows, kCols, logp.data(), label.data(), options(), &loss, &norm);
+  EXPECT_EQ(norm, static_cast<float>(norm_expected));
+  expect_scalar_near(loss, loss_expected, 1e-6);
+
+  const float dloss = 0.6f;
+  std::vector<double> dx_expected(kRows * kCols, 0.0);
+  for (int64_t r = 0; r < kRows; ++r) {
+    if (!ignored(label[r])) {
+      dx_expected[r * kCols + static_cast<int>(label[r])] = -double(dloss) / norm_expected;
+    }
+  }
+  std::vector<float> dx(kRows * kCols, 99.0f);
+  backend_.nll_loss_backward(kRows, kCols, label.data(), options(), &norm, &dloss, dx.data());
+  EXPECT_MATCH(dx, to_float(dx_expected), 1e-6);
+  for (size_t i = 0; i < dx.size(); ++i) {
+    if (dx_expected[i] == 0) {
+      ASSERT_EQ(dx[i], 0.0f) << "element " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllNormalizations, LossTest,
+    ::testing::Values(LossCase{Normalization::kFull, false, "Full"},
+                      LossCase{Normalization::kValid, false, "Valid"},
+                      LossCase{Normalization::kBatchSize, false, "BatchSize"},
+                      LossCase{Normalization::kNone, false, "None"},
+                      LossCase{Normalization::kFull, true, "FullIgnore"},
+                      LossCase{Normalization::kValid, true, "ValidIgnore"},
+                      LossCase{Normalization::kBatchSize, true, "BatchSizeIgnore"},
+                      LossCase{Normalization::kNone, true, "NoneIgnore"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(NativeBackendTest, LossesWithEveryRowIgnoredAreZeroOverOne) {
+  const int64_t rows = 3, cols = 4;
+  const auto x = random_values(rows * cols, 21);
+  const std::vector<float> labels(rows, 2.0f);
+  LossOptions options;
+  options.has_ignore_label = true;
+  options.ignore_label = 2;
+  options.normalization = Normalization::kValid;
+  std::vector<float> prob(rows * cols);
+  float loss = -1, norm = -1;
+  backend_.softmax_cross_entropy_forward(rows, cols, x.data(), labels.data(), options,
+                                         prob.data(), &loss, &norm);
+  EXPECT_EQ(loss, 0.0f);
+  EXPECT_EQ(norm, 1.0f);
+  loss = norm = -1;
+  backend_.nll_loss_forward(rows, cols, x.data(), labels.data(), options, &loss, &norm);
+  EXPECT_EQ(loss, 0.0f);
+  EXPECT_EQ(norm, 1.0f);
+  float acc = -1;
+  backend_.accuracy(rows, cols, 1, x.data(), labels.data(), options, &acc);
+  EXPECT_EQ(acc, 0.0f);
+}
+
+TEST_F(NativeBackendTest, EuclideanLossForwardAndBackward) {
+  const int64_t rows = 37, cols = 53;
+  const auto a = random_values(rows * cols, 22);
+  const auto b = random_values(rows * cols, 23);
+  std::vector<double> diff_expected(rows * cols);
+  double loss_expected = 0;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    diff_expected[i] = double(a[i]) - b[i];
+    loss_expected += diff_expected[i] * diff_expected[i];
+  }
+  loss_expected /= 2.0 * rows;
+
+  std::vector<float> diff(rows * cols);
+  float loss = -1;
+  backend_.euclidean_loss_forward(rows, cols, a.data(), b.data(), diff.data(), &loss);
+  EXPECT_MATCH(diff, to_float(diff_expected), 1e-6);
+  expect_scalar_near(loss, loss_expected, 1e-6);
+
+  const float dloss = 0.6f;
+  for (float sign : {1.0f, -1.0f}) {
+    SCOPED_TRACE(sign > 0 ? "d/da" : "d/db");
+    std::vector<double> dx_expected(rows * cols);
+    for (int64_t i = 0; i < rows * cols; ++i) dx_expected[i] = sign * dloss / rows * diff[i];
+    std::vector<float> dx(rows * cols);
+    backend_.euclidean_loss_backward(rows, cols, sign, diff.data(), &dloss, dx.data());
+    EXPECT_MATCH(dx, to_float(dx_expected), 1e-6);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Accuracy
+// ---------------------------------------------------------------------------------------
+
+TEST_F(NativeBackendTest, AccuracyCountsTiesForTheLabelAndSkipsIgnoredRows) {
+  const int64_t rows = 5, cols = 4;
+  const std::vector<float> x = {
+      0.1f, 0.5f, 0.5f, 0.2f,  // label 1 ties with 2: top-1 correct
+      0.9f, 0.5f, 0.5f, 0.2f,  // label 2, one greater: top-3 only
+      0.9f, 0.8f, 0.7f, 0.1f,  // label 3, three greater: wrong for top-1 and top-3
+      0.3f, 0.3f, 0.3f, 0.3f,  // label 0, all tied: correct
+      0.0f, 0.0f, 9.0f, 0.0f,  // ignored
+  };
+  const std::vector<float> labels = {1, 2, 3, 0, -1};
+  LossOptions options;
+  options.has_ignore_label = true;
+  options.ignore_label = -1;
+  float out = -1;
+  backend_.accuracy(rows, cols, 1, x.data(), labels.data(), options, &out);
+  EXPECT_FLOAT_EQ(out, 2.0f / 4.0f) << "top-1";
+  backend_.accuracy(rows, cols, 3, x.data(), labels.data(), options, &out);
+  EXPECT_FLOAT_EQ(out, 3.0f / 4.0f) << "top-3";
+}
+
+TEST_F(NativeBackendTest, AccuracyMatchesReferenceOnRandomScores) {
+  const int64_t rows = 37;
+  const int cols = 11;
+  auto x = random_values(rows * cols, 24);
+  for (int64_t i = 0; i < rows * cols; i += 5) x[i] = 0.25f;  // some ties
+  auto labels = random_labels(rows, cols, 25);
+  for (bool ignore : {false, true}) {
+    LossOptions options;
+    options.has_ignore_label = ignore;
+    options.ignore_label = 4;
+    for (int top_k : {1, 3}) {
+      SCOPED_TRACE("top_k " + std::to_string(top_k) + (ignore ? ", ignore 4" : ""));
+      int64_t correct = 0, valid = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int label = static_cast<int>(labels[r]);
+        if (ignore && label == 4) continue;
+        // Sorted descending, the scores strictly greater than the label's come first.
+        std::vector<float> row(x.begin() + r * cols, x.begin() + (r + 1) * cols);
+        std::sort(row.begin(), row.end(), std::greater<float>());
+        const int64_t greater =
+            std::lower_bound(row.begin(), row.end(), x[r * cols + label], std::greater<float>()) -
+            row.begin();
+        correct += greater < top_k;
+        ++valid;
+      }
+      float out = -1;
+      backend_.accuracy(rows, cols, top_k, x.data(), labels.data(), options, &out);
+      EXPECT_FLOAT_EQ(out, static_cast<float>(double(correct) / valid));
+      EXPECT_GT(out, 0.0f);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Dropout and data
+// ---------------------------------------------------------------------------------------
+
+TEST_F(NativeBackendTest, DropoutMaskFollowsTheCounterGenerator) {
+  const int64_t n = 100003;
+  const float ratio = 0.3f;
+  const uint64_t seed = 42, offset = 1000;
+  const float scale = 1.0f / (1.0f - ratio);
+  const auto x = random_values(n, 26, 0.5f, 2.0f);
+  std::vector<float> mask(n, -1.0f), y(n);
+  backend_.dropout_forward(n, ratio, seed, offset, x.data(), mask.data(), y.data());
+
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = counter_uniform(seed, offset + i) >= ratio;
+    ASSERT_EQ(mask[i], keep ? scale : 0.0f) << "mask element " << i;
+    ASSERT_EQ(y[i], x[i] * mask[i]) << "y element " << i;
+    kept += mask[i] != 0;
+  }
+  EXPECT_NEAR(double(kept) / n, 1.0 - ratio, 0.01);
+
+  std::vector<float> mask_again(n), y_again = x;  // same seed/offset, in place
+  backend_.dropout_forward(n, ratio, seed, offset, y_again.data(), mask_again.data(),
+                           y_again.data());
+  EXPECT_EQ(mask_again, mask);
+  EXPECT_EQ(y_again, y);
+
+  std::vector<float> mask_other(n), y_other(n);
+  backend_.dropout_forward(n, ratio, seed, offset + n, x.data(), mask_other.data(),
+                           y_other.data());
+  int64_t differing = 0;
+  for (int64_t i = 0; i < n; ++i) differing += mask_other[i] != mask[i];
+  // Independent masks differ in about 2 * 0.3 * 0.7 = 42% of the elements.
+  EXPECT_GT(differing, n / 3) << "another offset must give another mask";
+  std::vector<float> mask_shifted(n - 1), y_shifted(n - 1);
+  backend_.dropout_forward(n - 1, ratio, seed, offset + 1, x.data(), mask_shifted.data(),
+                           y_shifted.data());
+  EXPECT_TRUE(std::equal(mask_shifted.begin(), mask_shifted.end(), mask.begin() + 1))
+      << "element i of offset o + 1 is element i + 1 of offset o";
+}
+
+TEST_F(NativeBackendTest, GatherRowsWrapsAroundTheOrder) {
+  const int64_t src_rows = 10, cols = 7, rows = 6, start = 7;
+  std::mt19937 rng(27);
+  std::vector<uint8_t> src(src_rows * cols);
+  for (auto& v : src) v = static_cast<uint8_t>(rng() % 256);
+  std::vector<int32_t> order(src_rows);
+  for (int32_t i = 0; i < src_rows; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  const float scale = 1.0f / 255.0f;
+  std::vector<float> dst(rows * cols, -1.0f);
+  backend_.gather_rows(rows, cols, src.data(), order.data(), src_rows, start, scale,
+                       dst.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t s = order[(start + r) % src_rows];  // rows 7, 8, 9, 0, 1, 2 of the order
+    for (int64_t j = 0; j < cols; ++j) {
+      ASSERT_EQ(dst[r * cols + j], scale * static_cast<float>(src[s * cols + j]))
+          << "row " << r << " column " << j;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Solver update
+// ---------------------------------------------------------------------------------------
+
+class UpdateTest : public NativeBackendTest,
+                   public ::testing::WithParamInterface<std::tuple<UpdateRule, Regularization>> {
+};
+
+// One step of the backend.hpp formulas in double, for the elements of one segment.
+void reference_update(const UpdateArgs& a, const ParamSegment& seg, std::vector<double>& w,
+                      const std::vector<float>& g, std::vector<double>& h,
+                      std::vector<double>& h2) {
+  const double lr = double(a.lr) * seg.lr_mult;
+  const double decay = double(a.weight_decay) * seg.decay_mult;
+  const double b1 = a.momentum, b2 = a.momentum2;
+  const double correction =
+      std::sqrt(1 - std::pow(b2, double(a.step))) / (1 - std::pow(b1, double(a.step)));
+  for (int64_t i = seg.offset; i < seg.offset + seg.count; ++i) {
+    const double reg = a.regularization == Regularization::kL2 ? w[i]
+                                                                : (w[i] > 0) - (w[i] < 0);
+    const double gs = double(a.grad_scale) * g[i];
+    const double gp = gs + decay * reg;
+    switch (a.rule) {
+      case UpdateRule::kSGD:
+        h[i] = a.momentum * h[i] + lr * gp;
+        w[i] -= h[i];
+        break;
+      case UpdateRule::kNesterov: {
+        const double h_old = h[i];
+        h[i] = a.momentum * h[i] + lr * gp;
+        w[i] -= (1 + a.momentum) * h[i] - a.momentum * h_old;
+        break;
+      }
+      case UpdateRule::kAdam:
+        h[i] = b1 * h[i] + (1 - b1) * gp;
+        h2[i] = b2 * h2[i] + (1 - b2) * gp * gp;
+        w[i] -= lr * correction * h[i] / (std::sqrt(h2[i]) + a.delta);
+        break;
+      case UpdateRule::kAdamW:
+        h[i] = b1 * h[i] + (1 - b1) * gs;
+        h2[i] = b2 * h2[i] + (1 - b2) * gs * gs;
+        w[i] -= lr * (correction * h[i] / (std::sqrt(h2[i]) + a.delta) + decay * w[i]);
+        break;
+      case UpdateRule::kRMSProp:
+        h[i] = b2 * h[i] + (1 - b2) * gp * gp;
+        w[i] -= lr * gp / (std::sqrt(h[i]) + a.delta);
+        break;
+      case UpdateRule::kAdaGrad:
+        h[i] += gp * gp;
+        w[i] -= lr * gp / (std::sqrt(h[i]) + a.delta);
+        break;
+    }
+  }
+}
+
+std::string rule_name(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::kSGD: return "SGD";
+    case UpdateRule::kNesterov: return "Nesterov";
+    case UpdateRule::kAdam: return "Adam";
+    case UpdateRule::kAdamW: return "AdamW";
+    case UpdateRule::kRMSProp: return "RMSProp";
+    case UpdateRule::kAdaGrad: return "AdaGrad";
+  }
+  return "?";
+}
+
+TEST_P(UpdateTest, TwoStepsOverTwoSegmentsMatchTheFormulas) {
+  const auto [rule, regularization] = GetParam();
+  // Arena: segment 0 [0, 41), padding [41, 56), segment 1 [56, 93), padding [93, 98).
+  const int64_t n = 98;
+  const std::vector<ParamSegment> segments = {{0, 41, 1.0f, 1.0f}, {56, 37, 2.0f, 0.5f}};
+  auto in_segment = [&](int64_t i) {
+    for (const auto& s : segments) {
+      if (i >= s.offset && i < s.offset + s.count) return true;
+    }
+    return false;
+  };
+
+  UpdateArgs args;
+  args.rule = rule;
+  args.regularization = regularization;
+  args.lr = 0.05f;
+  args.momentum = 0.9f;
+  args.momentum2 = 0.99f;
+  args.delta = 1e-6f;
+  args.weight_decay = 0.01f;
+  args.grad_scale = 0.5f;
+
+  auto w = random_values(n, 28);
+  w[5] = w[60] = 0.0f;  // L1's sign(0) = 0
+  auto h = random_values(n, 29, 0.01f, 0.5f);  // non-negative: RMSProp/AdaGrad/Adam's v
+  auto h2 = random_values(n, 30, 0.01f, 0.5f);
+  std::vector<double> w_ref(w.begin(), w.end()), h_ref(h.begin(), h.end()),
+      h2_ref(h2.begin(), h2.end());
+  const auto w0 = w, h0 = h, h20 = h2;
+
+  for (int64_t step = 1; step <= 2; ++step) {
+    args.step = step;
+    const auto g = random_values(n, 30 + step);
+    const bool adam = rule == UpdateRule::kAdam || rule == UpdateRule::kAdamW;
+    backend_.update(args, n, segments.data(), static_cast<int>(segments.size()), w.data(),
+                    g.data(), h.data(), adam ? h2.data() : nullptr);
+    for (const auto& s : segments) reference_update(args, s, w_ref, g, h_ref, h2_ref);
+  }
+
+  EXPECT_MATCH(w, to_float(w_ref), 1e-5) << "weights";
+  EXPECT_MATCH(h, to_float(h_ref), 1e-5) << "history";
+  if (rule == UpdateRule::kAdam || rule == UpdateRule::kAdamW) {
+    EXPECT_MATCH(h2, to_float(h2_ref), 1e-5) << "history2";
+  }
+  int64_t changed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (in_segment(i)) {
+      changed += w[i] != w0[i];
+      continue;
+    }
+    ASSERT_EQ(w[i], w0[i]) << "padding weight " << i << " changed";
+    ASSERT_EQ(h[i], h0[i]) << "padding history " << i << " changed";
+    ASSERT_EQ(h2[i], h20[i]) << "padding history2 " << i << " changed";
+  }
+  EXPECT_EQ(changed, 41 + 37) << "every weight inside a segment moves";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllRules, UpdateTest,
+    ::testing::Combine(::testing::Values(UpdateRule::kSGD, UpdateRule::kNesterov,
+                                         UpdateRule::kAdam, UpdateRule::kAdamW,
+                                         UpdateRule::kRMSProp, UpdateRule::kAdaGrad),
+                       ::testing::Values(Regularization::kL2, Regularization::kL1)),
+    [](const auto& info) {
+      return rule_name(std::get<0>(info.param)) +
+             (std::get<1>(info.param) == Regularization::kL2 ? "L2" : "L1");
+    });
+
+// A segment longer than the parallel threshold, so the update runs on all threads.
+TEST_F(NativeBackendTest, UpdateOfALargeSegment) {
+  const int64_t n = 100003;
+  const ParamSegment segment{0, n, 1.5f, 2.0f};
+  UpdateArgs args;
+  args.rule = UpdateRule::kNesterov;
+  args.lr = 0.1f;
+  args.momentum = 0.9f;
+  args.weight_decay = 0.001f;
+  auto w = random_values(n, 40);
+  auto h = random_values(n, 41);
+  const auto g = random_values(n, 42);
+  std::vector<double> w_ref(w.begin(), w.end()), h_ref(h.begin(), h.end()), unused;
+  backend_.update(args, n, &segment, 1, w.data(), g.data(), h.data(), nullptr);
+  reference_update(args, segment, w_ref, g, h_ref, unused);
+  EXPECT_MATCH(w, to_float(w_ref), 1e-5);
+  EXPECT_MATCH(h, to_float(h_ref), 1e-5);
+}
+
+}  // namespace
+}  // namespace lamina

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The lamina tool turns user mistakes into one clear message and exit status 1: no abort,
+# no stack trace. Usage: tool_errors.sh path/to/lamina
+set -u
+lamina="$1"
+cd "$(dirname "$0")/data"
+failures=0
+
+expect_error() {  # expect_error "description" "pattern" command...
+  local what="$1" pattern="$2"
+  shift 2
+  local out status
+  out=$("$@" 2>&1)
+  status=$?
+  if [ "$status" -ne 1 ]; then
+    echo "FAIL: $what: exit status $status, expected 1"; echo "$out"; failures=$((failures + 1))
+  elif ! echo "$out" | grep -q -- "$pattern"; then
+    echo "FAIL: $what: output lacks '$pattern'"; echo "$out"; failures=$((failures + 1))
+  elif echo "$out" | grep -q -e "Check failed" -e "Aborted" -e "terminate called" -e "\*\*\*"; then
+    echo "FAIL: $what: crashed instead of reporting"; echo "$out"; failures=$((failures + 1))
+  else
+    echo "ok: $what: $(echo "$out" | grep -- "lamina: error" | head -1)"
+  fi
+}
+
+expect_error "missing solver file" "lamina: error: cannot open 'no_such_solver.prototxt'" \
+  "$lamina" train --solver no_such_solver.prototxt
+expect_error "unknown solver field" "malformed_solver.prototxt:3:.*max_iterations" \
+  "$lamina" train --solver malformed_solver.prototxt
+expect_error "unknown layer type" "unknown_layer_net.prototxt:3:.*unknown type 'Convolutionn'.*Known types:" \
+  "$lamina" train --solver unknown_layer_solver.prototxt
+expect_error "GPU that does not exist" "lamina: error: .*GPU\|lamina: error: .*device" \
+  "$lamina" train --solver unknown_layer_solver.prototxt --gpu 7
+
+echo "$((4 - failures)) passed, $failures failed"
+[ "$failures" -eq 0 ]
