@@ -132,13 +132,20 @@ int main(int argc, char** argv) {
 
       const std::vector<Gemm> gemms = mlp_gemms(batch);
       const double epoch_flops = flops(gemms) * m.iters_per_epoch;
+      if (gpu >= 0) {  // the reference on a GPU is PyTorch (bench/pytorch_mlp.py), not OpenBLAS
+        std::printf("%6d %8d %12.4f %14.0f %14.1f %12s %8s\n", batch, m.iters_per_epoch, epoch,
+                    m.iters_per_epoch * double(batch) / epoch, epoch_flops / 1e9, "-", "-");
+        continue;
+      }
       const double rate = sgemm_rate(gemms);
       std::printf("%6d %8d %12.3f %14.0f %14.1f %12.1f %8.2f\n", batch, m.iters_per_epoch, epoch,
                   m.iters_per_epoch * double(batch) / epoch, epoch_flops / 1e9, rate / 1e9,
                   epoch / (epoch_flops / rate));
     }
-    std::printf("ratio = epoch time / (epoch GEMM FLOPs / sgemm rate at the same shapes); "
-                "target <= 1.5 on the CPU\n");
+    if (gpu < 0) {
+      std::printf("ratio = epoch time / (epoch GEMM FLOPs / sgemm rate at the same shapes); "
+                  "target <= 1.5 on the CPU\n");
+    }
   } catch (const lamina::Error& e) {
     std::fprintf(stderr, "mlp_bench: error: %s\n", e.what());
     return 1;

@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 gpus=$(build/tools/lamina device_query --count 2>/dev/null || echo 0)
 if [ "${gpus:-0}" -gt 0 ]; then
-  echo "demo: training on GPU 0 ($(build/tools/lamina device_query --name 0))"
+  echo "demo: a GPU is present; training on it"
   exec build/examples/mnist/mnist mlp --gpu 0 "$@"
 fi
 echo "demo: no GPU found; training on the CPU"

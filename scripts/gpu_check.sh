@@ -36,4 +36,8 @@ if [ -n "${LAMINA_GPU_TRAIN_EPOCHS:-}" ]; then
 fi
 if [ -n "${LAMINA_GPU_BENCH:-}" ]; then
   "$bin/mlp_bench" --gpu 0 --batch-sizes 20,64,256 --data-dir "$mnist" 2>&1 | tee "$out/mlp_bench_gpu.txt"
+  if python3 -c "import torch" 2>/dev/null; then
+    python3 bench/pytorch_mlp.py --data-dir "$mnist" --batch-sizes 20,64,256 2>&1 |
+      tee "$out/pytorch_mlp.txt"
+  fi
 fi

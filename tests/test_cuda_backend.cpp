@@ -127,7 +127,7 @@ class CudaBackendTest : public ::testing::Test {
 // ---------------------------------------------------------------------------------------
 
 TEST_F(CudaBackendTest, NameAndMemoryRoundTrip) {
-  EXPECT_EQ(cuda_->name(), "cuda:0");
+  EXPECT_EQ(cuda_->name().rfind("cuda:0 (", 0), 0u) << cuda_->name();  // "cuda:0 (NVIDIA ...)"
   EXPECT_FALSE(cuda_->is_host());
   const std::vector<float> values = random_values(1000, 1);
   Floats a(*cuda_, values);

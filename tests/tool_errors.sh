@@ -32,5 +32,8 @@ expect_error "unknown layer type" "unknown_layer_net.prototxt:3:.*unknown type '
 expect_error "GPU that does not exist" "lamina: error: .*GPU\|lamina: error: .*device" \
   "$lamina" train --solver unknown_layer_solver.prototxt --gpu 7
 
-echo "$((4 - failures)) passed, $failures failed"
+expect_error "device_id without solver_mode GPU" "device_id is set but solver_mode is CPU" \
+  "$lamina" train --solver cpu_device_id_solver.prototxt
+
+echo "$((5 - failures)) passed, $failures failed"
 [ "$failures" -eq 0 ]

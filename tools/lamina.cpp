@@ -29,9 +29,10 @@ std::unique_ptr<lamina::Backend> make_backend(int gpu) {
 }
 
 int train(const std::string& solver_path, int gpu) {
-  auto backend = make_backend(gpu);
-  LOG(INFO) << "Training on " << backend->name();
-  auto solver = lamina::Solver::from_file(solver_path, *backend);
+  lamina::SolverParameter param = lamina::read_solver_parameter(solver_path);
+  auto backend = lamina::make_solver_backend(param, gpu);  // --gpu wins over solver_mode
+  std::cout << "Training on " << backend->name() << std::endl;
+  auto solver = lamina::Solver::create(param, solver_path, *backend);
   solver->solve();
   if (solver->test_net() && !solver->test_history().empty()) {
     for (const auto& output : solver->test_history().back().second.outputs)

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   FLAGS_minloglevel = 1;  // this program prints its own progress
 
   Options o;
-  o.model_options.epochs = 10;
+  o.model_options.epochs = 15;
   CLI::App app{"Train Lamina's MNIST models"};
   app.add_option("model", o.model, "Which model: mlp, linear or conv")
       ->required()

@@ -28,6 +28,10 @@ struct LossRecord {
   float loss;  // smoothed over average_loss iterations, as displayed
 };
 
+// The backend a solver asks for: GPU device_id when solver_mode is GPU, else the CPU.
+// gpu >= 0 (a command line's --gpu) overrides both and is written back into param.
+std::unique_ptr<Backend> make_solver_backend(SolverParameter& param, int gpu = -1);
+
 class Solver {
  public:
   // net_param: the net (train and test phases in one file). `source` names the net file.
@@ -35,6 +39,9 @@ class Solver {
          const std::string& source = {});
   // Reads the solver prototxt and the net it names (relative to the solver file).
   static std::unique_ptr<Solver> from_file(const std::string& solver_path, Backend& backend);
+  // The same for a parameter already read (and perhaps changed) from solver_path.
+  static std::unique_ptr<Solver> create(const SolverParameter& param,
+                                        const std::string& solver_path, Backend& backend);
 
   // Trains until max_iter, testing every test_interval and logging every display.
   void solve();

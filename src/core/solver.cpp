@@ -7,7 +7,9 @@
 #include <cmath>
 #include <random>
 
+#include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
+#include "lamina/native_backend.hpp"
 
 namespace lamina {
 namespace {
@@ -80,6 +82,9 @@ void check_fields(const SolverParameter& p, UpdateRule rule) {
   LAMINA_REQUIRE(p.max_iter() >= 0, "max_iter must be >= 0");
   LAMINA_REQUIRE(p.weight_decay() >= 0, "weight_decay must be >= 0");
   LAMINA_REQUIRE(p.test_iter_size() <= 1, "one test net is supported: give one test_iter");
+  if (p.has_device_id())
+    LAMINA_REQUIRE(p.solver_mode() == SolverParameter::GPU, "device_id is set but solver_mode "
+                   "is CPU; set solver_mode: GPU (or train with --gpu N)");
   LAMINA_REQUIRE(p.test_interval() >= 0, "test_interval must be >= 0");
   if (p.test_interval() > 0)
     LAMINA_REQUIRE(p.test_iter_size() == 1 && p.test_iter(0) > 0,
@@ -106,6 +111,13 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
     : param_(param), backend_(backend) {
   args_.rule = parse_rule(param.type());
   check_fields(param, args_.rule);
+  if (param.has_solver_mode()) {
+    const bool gpu = param.solver_mode() == SolverParameter::GPU;
+    LAMINA_REQUIRE(gpu != backend.is_host(), "solver_mode is ",
+                   SolverParameter::SolverMode_Name(param.solver_mode()),
+                   " but the solver was given the ", backend.name(), " backend; build the "
+                   "backend with make_solver_backend(param)");
+  }
   args_.momentum = param.momentum();
   args_.momentum2 = args_.rule == UpdateRule::kRMSProp ? param.rms_decay() : param.momentum2();
   args_.delta = param.delta();
@@ -150,10 +162,23 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
 }
 
 std::unique_ptr<Solver> Solver::from_file(const std::string& solver_path, Backend& backend) {
-  SolverParameter param = read_solver_parameter(solver_path);
+  return create(read_solver_parameter(solver_path), solver_path, backend);
+}
+
+std::unique_ptr<Solver> Solver::create(const SolverParameter& param,
+                                       const std::string& solver_path, Backend& backend) {
   LAMINA_REQUIRE(param.has_net(), solver_path, ": the solver names no net (net: \"file.prototxt\")");
   const std::string net_path = resolve_path(param.net(), solver_path);
   return std::make_unique<Solver>(param, read_net_parameter(net_path), backend, net_path);
+}
+
+std::unique_ptr<Backend> make_solver_backend(SolverParameter& param, int gpu) {
+  if (gpu >= 0) {
+    param.set_solver_mode(SolverParameter::GPU);
+    param.set_device_id(gpu);
+  }
+  if (param.solver_mode() == SolverParameter::GPU) return make_cuda_backend(param.device_id());
+  return std::make_unique<NativeBackend>();
 }
 
 float Solver::learning_rate() const {

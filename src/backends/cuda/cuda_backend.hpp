@@ -23,7 +23,10 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(CudaContext& context) : context_(context) {}
 
-  std::string name() const override { return "cuda:" + std::to_string(context_.device()); }
+  // "cuda:0 (NVIDIA H200)"
+  std::string name() const override {
+    return "cuda:" + std::to_string(context_.device()) + " (" + context_.properties().name + ")";
+  }
   bool is_host() const override { return false; }
   CudaContext& context() const { return context_; }
 
