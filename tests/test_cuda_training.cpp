@@ -25,6 +25,7 @@
 #include "lamina/gradient_checker.hpp"
 #include "lamina/registry.hpp"
 #include "lamina/solver.hpp"
+#include "forwarding_backend.hpp"
 #include "test_util.hpp"
 
 namespace lamina::testing {
@@ -36,97 +37,31 @@ namespace {
 // mirrors and move values only through copy_to_host/copy_from_host, counted as CudaBackend
 // counts them (dot and asum read a scalar back). gemm_skew perturbs every gemm by that
 // relative amount, to show the comparisons catch a wrong kernel.
-class HostAsDeviceBackend final : public Backend {
+class HostAsDeviceBackend final : public ForwardingBackend {
  public:
   float gemm_skew = 0;
 
   std::string name() const override { return "host-as-device"; }
   bool is_host() const override { return false; }
-  void* allocate(size_t bytes) override { return host_.allocate(bytes); }
-  void deallocate(void* p) noexcept override { host_.deallocate(p); }
-  void copy(size_t bytes, const void* src, void* dst) override { host_.copy(bytes, src, dst); }
   void copy_to_host(size_t bytes, const void* src, void* dst) override {
     count(&TransferStats::to_host, bytes);
-    host_.copy(bytes, src, dst);
+    inner_.copy(bytes, src, dst);
   }
   void copy_from_host(size_t bytes, const void* src, void* dst) override {
     count(&TransferStats::from_host, bytes);
-    host_.copy(bytes, src, dst);
+    inner_.copy(bytes, src, dst);
   }
-  void zero(size_t bytes, void* p) override { host_.zero(bytes, p); }
-  void fill(int64_t n, float v, float* x) override { host_.fill(n, v, x); }
-  void synchronize() override {}
   void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override {
-    host_.gemm(ta, tb, m, n, k, alpha * (1 + gemm_skew), a, b, beta, c);
+    inner_.gemm(ta, tb, m, n, k, alpha * (1 + gemm_skew), a, b, beta, c);
   }
-  void gemv(Transpose t, int64_t m, int64_t n, float alpha, const float* a, const float* x,
-            float beta, float* y) override { host_.gemv(t, m, n, alpha, a, x, beta, y); }
-  void axpy(int64_t n, float a, const float* x, float* y) override { host_.axpy(n, a, x, y); }
-  void axpby(int64_t n, float a, const float* x, float b, float* y) override {
-    host_.axpby(n, a, x, b, y);
-  }
-  void scal(int64_t n, float a, float* x) override { host_.scal(n, a, x); }
-  void mul(int64_t n, const float* a, const float* b, float* y) override { host_.mul(n, a, b, y); }
   float dot(int64_t n, const float* x, const float* y) override {
     count(&TransferStats::to_host, sizeof(float));
-    return host_.dot(n, x, y);
+    return inner_.dot(n, x, y);
   }
   float asum(int64_t n, const float* x) override {
     count(&TransferStats::to_host, sizeof(float));
-    return host_.asum(n, x);
-  }
-  void activation_forward(Activation f, int64_t n, float s, const float* x, float* y) override {
-    host_.activation_forward(f, n, s, x, y);
-  }
-  void activation_backward(Activation f, int64_t n, float s, const float* y, const float* dy,
-                           float* dx) override { host_.activation_backward(f, n, s, y, dy, dx); }
-  void softmax_forward(int64_t r, int64_t c, bool log, const float* x, float* y) override {
-    host_.softmax_forward(r, c, log, x, y);
-  }
-  void softmax_backward(int64_t r, int64_t c, bool log, const float* y, const float* dy,
-                        float* dx) override { host_.softmax_backward(r, c, log, y, dy, dx); }
-  void softmax_cross_entropy_forward(int64_t r, int64_t c, const float* x, const float* labels,
-                                     const LossOptions& o, float* prob, float* loss,
-                                     float* norm) override {
-    host_.softmax_cross_entropy_forward(r, c, x, labels, o, prob, loss, norm);
-  }
-  void softmax_cross_entropy_backward(int64_t r, int64_t c, const float* prob,
-                                      const float* labels, const LossOptions& o,
-                                      const float* norm, const float* dloss, float* dx) override {
-    host_.softmax_cross_entropy_backward(r, c, prob, labels, o, norm, dloss, dx);
-  }
-  void nll_loss_forward(int64_t r, int64_t c, const float* logp, const float* labels,
-                        const LossOptions& o, float* loss, float* norm) override {
-    host_.nll_loss_forward(r, c, logp, labels, o, loss, norm);
-  }
-  void nll_loss_backward(int64_t r, int64_t c, const float* labels, const LossOptions& o,
-                         const float* norm, const float* dloss, float* dx) override {
-    host_.nll_loss_backward(r, c, labels, o, norm, dloss, dx);
-  }
-  void euclidean_loss_forward(int64_t r, int64_t c, const float* a, const float* b, float* diff,
-                              float* loss) override {
-    host_.euclidean_loss_forward(r, c, a, b, diff, loss);
-  }
-  void euclidean_loss_backward(int64_t r, int64_t c, float sign, const float* diff,
-                               const float* dloss, float* dx) override {
-    host_.euclidean_loss_backward(r, c, sign, diff, dloss, dx);
-  }
-  void accuracy(int64_t r, int64_t c, int k, const float* x, const float* labels,
-                const LossOptions& o, float* out) override {
-    host_.accuracy(r, c, k, x, labels, o, out);
-  }
-  void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset, const float* x,
-                       float* mask, float* y) override {
-    host_.dropout_forward(n, ratio, seed, offset, x, mask, y);
-  }
-  void gather_rows(int64_t rows, int64_t cols, const uint8_t* src, const int32_t* order,
-                   int64_t len, int64_t start, float scale, float* dst) override {
-    host_.gather_rows(rows, cols, src, order, len, start, scale, dst);
-  }
-  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments, int num_segments,
-              float* w, const float* g, float* h, float* h2) override {
-    host_.update(args, n, segments, num_segments, w, g, h, h2);
+    return inner_.asum(n, x);
   }
 
  private:
@@ -134,7 +69,6 @@ class HostAsDeviceBackend final : public Backend {
     ++(transfers_.*direction);
     transfers_.bytes += int64_t(bytes);
   }
-  NativeBackend host_;
 };
 
 enum class Device { kNative, kHostAsDevice, kCuda };
