@@ -1,8 +1,13 @@
 # The two entry points of the README. Both install what is missing, build and fetch MNIST.
-.PHONY: demo test build data
+# `make test` also installs clang and libFuzzer for its sanitizer and fuzzing stages
+# (scripts/test.sh, docs/testing.md).
+.PHONY: demo test build build-for-test data
 
 build:
 	scripts/setup.sh
+
+build-for-test:
+	LAMINA_TEST_TOOLS=1 scripts/setup.sh
 
 data:
 	scripts/fetch_mnist.sh
@@ -10,5 +15,5 @@ data:
 demo: build data
 	scripts/demo.sh
 
-test: build data
-	cd build && ctest --output-on-failure -j2
+test: build-for-test data
+	scripts/test.sh

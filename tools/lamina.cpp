@@ -1,21 +1,110 @@
-// The lamina command-line tool: train a net from a solver prototxt, time a net layer by layer,
-// list GPUs. User mistakes print one message and exit 1.
+// The lamina command-line tool: train a net from a solver prototxt (resuming from a
+// snapshot or starting from trained weights), score trained weights, time a net layer by
+// layer, list GPUs. User mistakes print one message and exit 1.
+//
+// Signals during `train` (docs/snapshots.md): SIGINT and SIGTERM snapshot and stop, SIGHUP
+// snapshots and goes on; --sigint-effect, --sigterm-effect and --sighup-effect (stop,
+// snapshot, none) choose, as Caffe's flags do. A second SIGINT or SIGTERM while a stop is
+// pending ends the process at once (the snapshots on disk stay intact: writes are atomic).
 #include <CLI/CLI.hpp>
 #include <glog/logging.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <new>
 
 #include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
 #include "lamina/native_backend.hpp"
 #include "lamina/net.hpp"
+#include "lamina/snapshot.hpp"
 #include "lamina/solver.hpp"
 
 namespace {
+
+// ---- signals ----
+
+enum class Effect { kStop, kSnapshot, kNone };
+
+Effect parse_effect(const std::string& flag, const std::string& value) {
+  if (value == "stop") return Effect::kStop;
+  if (value == "snapshot") return Effect::kSnapshot;
+  if (value == "none") return Effect::kNone;
+  lamina::fail(flag, " must be stop, snapshot or none; got '", value, "'");
+}
+
+// Set before the handlers are installed, read-only afterwards.
+Effect g_effect[3] = {Effect::kStop, Effect::kStop, Effect::kSnapshot};  // INT, TERM, HUP
+// Signals received and not yet acted on, per kind.
+std::atomic<int> g_pending[3];
+std::atomic<bool> g_stop_pending{false};
+static_assert(std::atomic<int>::is_always_lock_free, "signal handlers need lock-free atomics");
+
+int signal_index(int sig) { return sig == SIGINT ? 0 : sig == SIGTERM ? 1 : 2; }
+
+void write_stderr(const char* text) {
+  const ssize_t ignored = ::write(STDERR_FILENO, text, std::strlen(text));
+  (void)ignored;
+}
+
+extern "C" void on_signal(int sig) {
+  const int i = signal_index(sig);
+  if (g_effect[i] == Effect::kStop) {
+    if (g_stop_pending.exchange(true)) {  // the second request: quit at once
+      write_stderr("lamina: second stop signal; exiting without waiting for the snapshot\n");
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigaction(sig, &dfl, nullptr);
+      raise(sig);
+      return;
+    }
+    write_stderr(sig == SIGINT ? "lamina: SIGINT: snapshot and stop after this iteration "
+                                 "(again to quit at once)\n"
+                               : "lamina: SIGTERM: snapshot and stop after this iteration\n");
+  } else if (g_effect[i] == Effect::kSnapshot) {
+    write_stderr("lamina: snapshot requested by a signal\n");
+  }
+  g_pending[i].fetch_add(1);
+}
+
+void install_signal_handlers(Effect sigint, Effect sigterm, Effect sighup) {
+  g_effect[0] = sigint;
+  g_effect[1] = sigterm;
+  g_effect[2] = sighup;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction action {};
+    action.sa_handler = g_effect[signal_index(sig)] == Effect::kNone ? SIG_IGN : on_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;  // interrupted reads and writes carry on
+    sigaction(sig, &action, nullptr);
+  }
+}
+
+// What the solver polls between iterations: stop wins over snapshot.
+lamina::SolverAction pending_action() {
+  lamina::SolverAction action = lamina::SolverAction::kNone;
+  for (int i = 0; i < 3; ++i) {
+    if (g_pending[i].exchange(0) == 0) continue;
+    if (g_effect[i] == Effect::kStop) return lamina::SolverAction::kStop;
+    if (g_effect[i] == Effect::kSnapshot) action = lamina::SolverAction::kSnapshot;
+  }
+  return action;
+}
+
+lamina::SolverParameter::FailureAction parse_failure(const std::string& flag,
+                                                     const std::string& value) {
+  if (value == "stop") return lamina::SolverParameter::STOP;
+  if (value == "continue") return lamina::SolverParameter::CONTINUE;
+  lamina::fail(flag, " must be stop or continue; got '", value, "'");
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -28,15 +117,100 @@ std::unique_ptr<lamina::Backend> make_backend(int gpu) {
   return lamina::make_cuda_backend(gpu);
 }
 
-int train(const std::string& solver_path, int gpu) {
-  lamina::SolverParameter param = lamina::read_solver_parameter(solver_path);
-  auto backend = lamina::make_solver_backend(param, gpu);  // --gpu wins over solver_mode
+struct TrainOptions {
+  std::string solver_path;
+  int gpu = -1;
+  std::string snapshot;  // a .solverstate to resume from
+  std::string weights;   // a .lamina to start from (fine-tuning)
+  std::string sigint_effect = "stop", sigterm_effect = "stop", sighup_effect = "snapshot";
+  std::string snapshot_failure, nonfinite;  // empty: as the solver file says
+};
+
+int train(const TrainOptions& o) {
+  LAMINA_REQUIRE(o.snapshot.empty() || o.weights.empty(), "give --snapshot to resume training "
+                 "or --weights to start from trained weights, not both");
+  const Effect sigint = parse_effect("--sigint-effect", o.sigint_effect);
+  const Effect sigterm = parse_effect("--sigterm-effect", o.sigterm_effect);
+  const Effect sighup = parse_effect("--sighup-effect", o.sighup_effect);
+  lamina::SolverParameter param = lamina::read_solver_parameter(o.solver_path);
+  if (!o.snapshot_failure.empty())
+    param.set_snapshot_failure(parse_failure("--snapshot-failure", o.snapshot_failure));
+  if (!o.nonfinite.empty()) param.set_nonfinite(parse_failure("--nonfinite", o.nonfinite));
+  if (!param.has_snapshot_prefix()) {
+    // As Caffe: snapshots go beside the solver file, named after it.
+    param.set_snapshot_prefix(std::filesystem::path(o.solver_path).replace_extension().string());
+    LOG(INFO) << "snapshot_prefix is not set; snapshots go to " << param.snapshot_prefix()
+              << "_iter_N.{lamina,solverstate}";
+  } else if (std::filesystem::is_directory(param.snapshot_prefix())) {
+    param.set_snapshot_prefix((std::filesystem::path(param.snapshot_prefix()) /
+                               std::filesystem::path(o.solver_path).stem()).string());
+  }
+  auto backend = lamina::make_solver_backend(param, o.gpu);  // --gpu wins over solver_mode
   std::cout << "Training on " << backend->name() << std::endl;
-  auto solver = lamina::Solver::create(param, solver_path, *backend);
+  auto solver = lamina::Solver::create(param, o.solver_path, *backend);
+  if (!o.snapshot.empty()) {
+    solver->restore(o.snapshot);
+  } else if (!o.weights.empty()) {
+    const lamina::WeightsLoadReport report =
+        lamina::load_weights(solver->net(), o.weights, lamina::WeightsMatch::kFineTune);
+    LOG(INFO) << "Fine-tuning from " << o.weights << ": " << report.loaded.size()
+              << " parameter(s) loaded";
+    for (const std::string& name : report.kept_filler)
+      LOG(INFO) << "  not in " << o.weights << ", keeps its filler: " << name;
+    for (const std::string& name : report.ignored)
+      LOG(INFO) << "  in " << o.weights << " but not in the net, ignored: " << name;
+  }
+  install_signal_handlers(sigint, sigterm, sighup);
+  solver->set_action_source(pending_action);
   solver->solve();
+  if (solver->stopped_early()) {
+    std::cout << "stopped at iteration " << solver->iter();
+    if (!solver->last_snapshot().empty())
+      std::cout << "; resume with: lamina train --solver " << o.solver_path << " --snapshot "
+                << solver->last_snapshot().state;
+    std::cout << std::endl;
+    return 0;
+  }
   if (solver->test_net() && !solver->test_history().empty()) {
     for (const auto& output : solver->test_history().back().second.outputs)
       std::cout << "final " << output.first << " = " << output.second << "\n";
+  }
+  return 0;
+}
+
+// Scores trained weights: the mean of every output of the TEST net over `iterations`
+// batches.
+int test(const std::string& model_path, const std::string& weights_path, int iterations,
+         int gpu) {
+  LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0");
+  auto backend = make_backend(gpu);
+  lamina::Net net(lamina::read_net_parameter(model_path), lamina::TEST, *backend, 1, nullptr,
+                  model_path);
+  const lamina::WeightsLoadReport report =
+      lamina::load_weights(net, weights_path, lamina::WeightsMatch::kRequireAll);
+  for (const std::string& name : report.ignored)
+    LOG(INFO) << "in " << weights_path << " but not in the TEST net, ignored: " << name;
+  LAMINA_REQUIRE(!net.output_names().empty(), model_path, ": the TEST net has no outputs");
+  std::vector<double> sums;
+  for (int it = 0; it < iterations; ++it) {
+    net.forward();
+    size_t k = 0;
+    for (const std::string& name : net.output_names()) {
+      for (float v : net.blob(name).copy_data_to_host()) {
+        if (k == sums.size()) sums.push_back(0);
+        sums[k++] += v;
+      }
+    }
+  }
+  std::cout << "Scored " << weights_path << " with " << model_path << " on " << backend->name()
+            << ": " << iterations << " batches\n";
+  size_t k = 0;
+  for (const std::string& name : net.output_names()) {
+    const int64_t count = net.blob(name).count();
+    for (int64_t i = 0; i < count; ++i, ++k) {
+      const std::string label = count == 1 ? name : name + "[" + std::to_string(i) + "]";
+      std::cout << label << " = " << sums[k] / iterations << "\n";
+    }
   }
   return 0;
 }
@@ -102,14 +276,37 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 
-  CLI::App app{"Lamina: train and time neural networks defined in prototxt files"};
+  CLI::App app{"Lamina: train, score and time neural networks defined in prototxt files"};
   app.require_subcommand(1);
-  std::string solver_path, model_path;
+  std::string model_path, weights_path;
   int gpu = -1, iterations = 50;
+  TrainOptions train_options;
 
   auto* train_cmd = app.add_subcommand("train", "Train a net from a solver prototxt");
-  train_cmd->add_option("--solver", solver_path, "Solver prototxt")->required();
-  train_cmd->add_option("--gpu", gpu, "GPU device to train on (default: the CPU)");
+  train_cmd->add_option("--solver", train_options.solver_path, "Solver prototxt")->required();
+  train_cmd->add_option("--gpu", train_options.gpu, "GPU device to train on (default: the CPU)");
+  train_cmd->add_option("--snapshot", train_options.snapshot,
+                        "Resume from PREFIX_iter_N.solverstate");
+  train_cmd->add_option("--weights", train_options.weights,
+                        "Start from trained weights (.lamina), matched by layer name");
+  train_cmd->add_option("--sigint-effect,--sigint_effect", train_options.sigint_effect,
+                        "On SIGINT: stop (snapshot, then stop), snapshot, or none");
+  train_cmd->add_option("--sigterm-effect,--sigterm_effect", train_options.sigterm_effect,
+                        "On SIGTERM: stop, snapshot, or none");
+  train_cmd->add_option("--sighup-effect,--sighup_effect", train_options.sighup_effect,
+                        "On SIGHUP: snapshot (and go on), stop, or none");
+  train_cmd->add_option("--snapshot-failure", train_options.snapshot_failure,
+                        "When a snapshot cannot be written: stop or continue "
+                        "(default: the solver's snapshot_failure, STOP)");
+  train_cmd->add_option("--nonfinite", train_options.nonfinite,
+                        "When a loss, gradient or weight becomes NaN or infinite: stop or "
+                        "continue (default: the solver's nonfinite, STOP)");
+
+  auto* test_cmd = app.add_subcommand("test", "Score trained weights on a net's TEST phase");
+  test_cmd->add_option("--model", model_path, "Net prototxt (its TEST phase)")->required();
+  test_cmd->add_option("--weights", weights_path, "Trained weights (.lamina)")->required();
+  test_cmd->add_option("--iterations", iterations, "Batches to score (default 50)");
+  test_cmd->add_option("--gpu", gpu, "GPU device (default: the CPU)");
 
   auto* time_cmd = app.add_subcommand("time", "Time a net's layers forward and backward");
   time_cmd->add_option("--model", model_path, "Net prototxt (its TRAIN phase)")->required();
@@ -124,7 +321,8 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*train_cmd) return train(solver_path, gpu);
+    if (*train_cmd) return train(train_options);
+    if (*test_cmd) return test(model_path, weights_path, iterations, gpu);
     if (*time_cmd) return time_net(model_path, iterations, gpu);
     if (*query_cmd) {
       if (count_only) {
@@ -138,6 +336,9 @@ int main(int argc, char** argv) {
     }
   } catch (const lamina::Error& e) {
     std::cerr << "lamina: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "lamina: error: out of memory\n";
     return 1;
   }
   return 0;

@@ -90,8 +90,11 @@ class Backend {
   virtual float asum(int64_t n, const float* x) = 0;                         // waits
 
   // ---- neural-network operations ----
-  // Labels are class indices stored as floats, in [0, cols) unless equal to the ignore
-  // label; layers validate them where they enter the net, so backends may rely on it.
+  // Labels are class indices stored as floats (the integer part counts), in [0, cols)
+  // unless equal to the ignore label. Any other label (negative, NaN, or past the last class
+  // when the scores have fewer outputs than the data has classes) is never used as an index:
+  // Native throws an Error naming it; CUDA, which cannot stop a kernel, makes the loss NaN
+  // and counts the row as wrong for accuracy (the solver's non-finite check reports it).
   // y = f(x); relu's negative_slope is ignored by the other functions. Works in place.
   virtual void activation_forward(Activation f, int64_t n, float negative_slope,
                                   const float* x, float* y) = 0;

@@ -34,7 +34,15 @@ template <class... Args>
 
 using Shape = std::vector<int64_t>;
 
-// Number of elements of a shape; throws on negative dimensions or overflow past 2^62.
+// The most elements a tensor (or the parameter arena) may hold: 2^56, so that a byte count
+// (elements x 8) can never overflow an int64 or a size_t. Larger shapes are errors before
+// anything is allocated; smaller ones that do not fit in memory fail at allocation with an
+// error naming the size.
+constexpr int64_t kMaxElements = int64_t{1} << 56;
+
+// Number of elements of a shape. Throws on a negative dimension, or when the product of the
+// non-zero dimensions exceeds kMaxElements (so that no partial product, Tensor::count(a, b),
+// can overflow either, even when another dimension is 0).
 int64_t shape_count(const Shape& shape);
 // "(64, 1, 28, 28)"
 std::string shape_string(const Shape& shape);

@@ -72,6 +72,16 @@ class Layer {
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
 
+  // State beyond the parameters that the layer's future outputs depend on: a data layer's
+  // epoch and cursor, a random layer's counter. Solver snapshots save it and resuming
+  // restores it, so a resumed run draws the same batches and masks as an uninterrupted one.
+  // Most layers have none (the default: empty). A layer with state returns the same number
+  // of values every time; set_state receives what state() returned (perhaps in another
+  // process, on another backend) and must validate it completely before changing anything,
+  // throwing lamina::Error naming the layer when it cannot apply it.
+  virtual std::vector<int64_t> state() const { return {}; }
+  virtual void set_state(const std::vector<int64_t>& state);
+
  protected:
   // Declares a parameter (only in setup); role is e.g. "weight" or "bias".
   Tensor& add_param(const std::string& role, const Shape& shape, const FillerParameter& filler);

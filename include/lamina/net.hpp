@@ -27,6 +27,7 @@ struct ParamInfo {
   float decay_mult;
   int64_t offset;     // in floats from the start of the arena
   int64_t count;
+  std::string layer;  // the first layer that declared it, for messages
 };
 
 class Net {
@@ -59,6 +60,24 @@ class Net {
   void forward_layer(int i);
   void backward_layer(int i);  // no-op for layers that need no backward
   bool layer_needs_backward(int i) const { return needs_backward_[i]; }
+  Tensors layer_bottoms(int i) const;
+  Tensors layer_tops(int i) const;
+
+  // Layer states (Layer::state) of the layers that keep one, by layer name.
+  using LayerStates = std::map<std::string, std::vector<int64_t>>;
+  LayerStates layer_states() const;
+  // Restores states taken from a net built from the same prototxt. Every stateful layer
+  // must be there with as many values as it keeps, and every entry must name one; the
+  // layers are restored only when all are valid (an error leaves them as they were).
+  // `source` names where the states came from, for messages.
+  void set_layer_states(const LayerStates& states, const std::string& source);
+
+  // Diagnosis of a non-finite loss or gradient: runs the net forward layer by layer,
+  // checking every top, then backward (after zeroing the parameter gradients), checking
+  // every bottom gradient and parameter gradient each layer produces. Returns a description
+  // of the first NaN or infinity found ("" when every value is finite). Slow (a host copy
+  // per blob); for error paths. It runs an iteration's forward: a data layer advances.
+  std::string find_nonfinite();
 
   bool has_blob(const std::string& name) const;
   Tensor& blob(const std::string& name);  // throws listing the blobs

@@ -5,8 +5,21 @@
 // iteration. A steady-state iteration copies nothing between host and device: the loss is
 // accumulated on the device and read only every `display` iterations, and test outputs are
 // summed on the device and read once per test.
+//
+// Snapshots (docs/snapshots.md): with snapshot_prefix set, the solver writes
+// PREFIX_iter_N.lamina (weights) and PREFIX_iter_N.solverstate every `snapshot` iterations,
+// when asked to (an action), and at the end of solve(). restore() continues from a
+// .solverstate exactly: on the same backend, a run interrupted and resumed produces the
+// same weights, bit for bit, and the same loss at every iteration as one that was not.
+//
+// Non-finite values: the loss is checked every iteration on host backends and at display
+// iterations on devices (no extra device sync or copy), the weights and gradients at display
+// iterations, and everything a snapshot writes before it is written. When one is found, a diagnosis pass names the first
+// layer whose output or gradient is not finite; with nonfinite: STOP (the default) training
+// ends with an Error saying so, and no snapshot is written from the bad weights.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +45,19 @@ struct LossRecord {
 // gpu >= 0 (a command line's --gpu) overrides both and is written back into param.
 std::unique_ptr<Backend> make_solver_backend(SolverParameter& param, int gpu = -1);
 
+// What the solver does when its action source (set_action_source) is polled.
+enum class SolverAction {
+  kNone,      // carry on
+  kSnapshot,  // write a snapshot, then carry on
+  kStop,      // write a snapshot (when snapshot_prefix is set), then return from step/solve
+};
+
+struct SnapshotPaths {
+  std::string weights;  // PREFIX_iter_N.lamina
+  std::string state;    // PREFIX_iter_N.solverstate
+  bool empty() const { return state.empty(); }
+};
+
 class Solver {
  public:
   // net_param: the net (train and test phases in one file). `source` names the net file.
@@ -43,9 +69,12 @@ class Solver {
   static std::unique_ptr<Solver> create(const SolverParameter& param,
                                         const std::string& solver_path, Backend& backend);
 
-  // Trains until max_iter, testing every test_interval and logging every display.
+  // Trains until max_iter, testing every test_interval and logging every display. With
+  // snapshot_prefix set, first checks that its directory is writable, and at the end writes
+  // a snapshot (snapshot_after_train) unless one was just written.
   void solve();
-  // Runs iters iterations (forward, backward, update), with display and tests as configured.
+  // Runs iters iterations (forward, backward, update), with display, tests, snapshots,
+  // non-finite checks and actions as configured. Returns early after a kStop action.
   void step(int iters);
   // Runs the test net for test_iter batches and returns the mean of each output.
   TestResult test();
@@ -61,10 +90,53 @@ class Solver {
   const std::vector<LossRecord>& loss_history() const { return loss_history_; }
   // Test results at each test point, with their iteration.
   const std::vector<std::pair<int, TestResult>>& test_history() const { return test_history_; }
+  // The seed of the fillers, the data order and dropout (random_seed, or the one drawn).
+  uint64_t seed() const { return seed_; }
+
+  // ---- snapshots and resuming ----
+  // Writes PREFIX_iter_N.lamina, then PREFIX_iter_N.solverstate, each atomically, and
+  // returns their paths. Throws, keeping every earlier snapshot, when snapshot_prefix is
+  // empty, when a weight or optimizer value is not finite (nothing is written), or when a
+  // file cannot be written (the error names the path and the reason).
+  SnapshotPaths snapshot();
+  // Continues from a .solverstate and the weights file it names (PREFIX_iter_N.lamina, read
+  // from the state file's directory): the iteration (and with it the learning-rate
+  // schedule), the weights, the optimizer history, the loss smoothing, the seed and every
+  // layer's state (data order, dropout counter) of the training and test nets. Everything
+  // is validated before anything changes: a truncated, corrupt or foreign file, a state
+  // for another net or another solver type, or a weights file that is not the one the state
+  // was written with, throws an Error naming the file and the problem, and leaves the
+  // solver as it was. The solver prototxt may differ in max_iter, display, test and
+  // snapshot settings; the net, the solver type and average_loss must be the same.
+  //
+  // Records of a .solverstate: iteration, seed, solver_type, net_name, weights_file,
+  // weights_crc32 (the CRC-32 of that weights file), loss_ring (average_loss floats),
+  // loss_sum, loss_sum_count, history/<param> and, for Adam and AdamW, history2/<param>
+  // (shaped as the parameter), state/train/<layer> and state/test/<layer>.
+  void restore(const std::string& state_path);
+  // The last snapshot written (or restored from); empty before the first.
+  const SnapshotPaths& last_snapshot() const { return last_snapshot_; }
+
+  // Polled once per iteration, after the update (the lamina tool turns signals into
+  // actions). A kSnapshot or kStop snapshot that cannot be written follows snapshot_failure.
+  void set_action_source(std::function<SolverAction()> source) {
+    action_source_ = std::move(source);
+  }
+  // Whether the last step() or solve() returned early because of a kStop action.
+  bool stopped_early() const { return stopped_early_; }
 
  private:
   void apply_update();
   float smoothed_loss();
+  // Copies the loss ring and its check slot to ring_host_ (one copy).
+  void read_ring();
+  // Checks the loss of this iteration and, with arenas, the weights and gradients (their dot
+  // product, left in the ring's check slot), as read by read_ring; on a non-finite value,
+  // diagnoses and stops or logs as `nonfinite` says.
+  void check_finite(const Net::LayerStates& states_before, bool arenas);
+  // A snapshot at the current iteration unless one was just written, following
+  // snapshot_failure when it cannot be written (and skipping non-finite weights).
+  void snapshot_as_configured(const char* why);
 
   SolverParameter param_;
   Backend& backend_;
@@ -72,16 +144,24 @@ class Solver {
   std::unique_ptr<Net> net_;
   std::unique_ptr<Net> test_net_;
   int iter_ = 0;
+  uint64_t seed_ = 0;
   Buffer history_;
   Buffer history2_;
   Buffer segments_;
   int num_segments_ = 0;
-  Buffer loss_ring_;   // last average_loss losses
+  Buffer loss_ring_;   // last average_loss losses, then one check slot (weights . grads)
+  std::vector<float> ring_host_;
+  int last_finite_check_ = -1;  // the last iteration whose weights and gradients were finite
+  bool nonfinite_seen_ = false;  // nonfinite: CONTINUE, after the first report
   Buffer loss_sum_;    // running sum for take_mean_loss
   int64_t loss_sum_count_ = 0;
   Buffer test_sums_;
   std::vector<LossRecord> loss_history_;
   std::vector<std::pair<int, TestResult>> test_history_;
+  SnapshotPaths last_snapshot_;
+  int last_snapshot_iter_ = -1;
+  std::function<SolverAction()> action_source_;
+  bool stopped_early_ = false;
 };
 
 }  // namespace lamina

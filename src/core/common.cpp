@@ -5,14 +5,19 @@
 namespace lamina {
 
 int64_t shape_count(const Shape& shape) {
-  constexpr int64_t kLimit = int64_t{1} << 62;
-  int64_t count = 1;
+  int64_t nonzero = 1;  // product of the non-zero dimensions
+  bool empty = false;
   for (int64_t d : shape) {
     LAMINA_REQUIRE(d >= 0, "negative dimension in shape ", shape_string(shape));
-    if (d != 0 && count > kLimit / d) fail("shape ", shape_string(shape), " has too many elements");
-    count *= d;
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (nonzero > kMaxElements / d)
+      fail("shape ", shape_string(shape), " has too many elements (more than 2^56)");
+    nonzero *= d;
   }
-  return count;
+  return empty ? 0 : nonzero;
 }
 
 std::string shape_string(const Shape& shape) {

@@ -118,11 +118,14 @@ IdxArray read_idx(const std::string& path) {
   array.dims = read_header(file, path);
   int64_t expected = 1;
   for (int64_t d : array.dims) expected *= d;
-  // Grow as data arrives, so a lying header cannot make us allocate a terabyte up front.
-  constexpr int64_t kChunk = int64_t(64) << 20;
+  // Grow as data arrives, doubling from 64 KiB up to 64 MiB steps, so a lying header cannot
+  // make a 12-byte file allocate a terabyte, or even 64 MiB, up front.
+  constexpr int64_t kFirstChunk = int64_t(64) << 10;
+  constexpr int64_t kMaxChunk = int64_t(64) << 20;
   int64_t have = 0;
   while (have < expected) {
-    const int64_t want = std::min(expected - have, kChunk);
+    const int64_t want =
+        std::min({expected - have, std::max(have, kFirstChunk), kMaxChunk});
     array.values.resize(size_t(have + want));
     const int64_t got = file.read(array.values.data() + have, want);
     have += got;

@@ -16,6 +16,11 @@ Tensor& Layer::add_param(const std::string& role, const Shape& shape,
   return *params_.back().tensor;
 }
 
+void Layer::set_state(const std::vector<int64_t>& state) {
+  LAMINA_REQUIRE(state.empty(), where(), "the snapshot holds ", state.size(),
+                 " state value(s) for this layer, which keeps no state");
+}
+
 std::string Layer::where() const { return "layer '" + name() + "' (" + type() + "): "; }
 
 void Layer::require_custom_keys(const std::vector<std::string>& known) const {

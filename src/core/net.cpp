@@ -5,8 +5,10 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "lamina/counter_rng.hpp"
 #include "lamina/filler.hpp"
@@ -357,9 +359,13 @@ void Net::allocate_params(uint64_t seed, const Net* share_with) {
         continue;
       }
       ParamInfo info{name, param.tensor->shape(), spec.lr_mult(), spec.decay_mult(), 0,
-                     param.tensor->count()};
+                     param.tensor->count(), layer.name()};
       info.offset = arena_count_;
-      arena_count_ += (info.count + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
+      const int64_t padded = (info.count + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
+      LAMINA_REQUIRE(arena_count_ <= kMaxElements - padded, "layer '", layer.name(),
+                     "': parameter '", name, "' ", shape_string(info.shape),
+                     " makes the parameters exceed ", kMaxElements, " values in all");
+      arena_count_ += padded;
       by_name[name] = int(param_table_.size());
       slots.push_back({param.tensor.get(), &param.filler, int(param_table_.size())});
       param_table_.push_back(std::move(info));
@@ -459,6 +465,112 @@ float Net::loss() {
   float value = 0;
   backend_.copy_to_host(sizeof(float), loss_->data(), &value);
   return value;
+}
+
+Tensors Net::layer_bottoms(int i) const {
+  Tensors bottom;
+  for (int b : io_[i].bottoms) bottom.push_back(blobs_[b].get());
+  return bottom;
+}
+
+Tensors Net::layer_tops(int i) const {
+  Tensors top;
+  for (int t : io_[i].tops) top.push_back(blobs_[t].get());
+  return top;
+}
+
+Net::LayerStates Net::layer_states() const {
+  LayerStates states;
+  for (const auto& layer : layers_) {
+    std::vector<int64_t> s = layer->state();
+    if (!s.empty()) states[layer->name()] = std::move(s);
+  }
+  return states;
+}
+
+void Net::set_layer_states(const LayerStates& states, const std::string& source) {
+  const LayerStates before = layer_states();
+  for (const auto& entry : states) {
+    LAMINA_REQUIRE(before.count(entry.first), source, ": it holds a state for layer '",
+                   entry.first, "', which the ", Phase_Name(phase_), " net '", name_,
+                   "' has not (or which keeps no state); it was written for a different net");
+  }
+  for (const auto& entry : before) {
+    auto it = states.find(entry.first);
+    LAMINA_REQUIRE(it != states.end(), source, ": it holds no state for layer '", entry.first,
+                   "' of the ", Phase_Name(phase_), " net '", name_,
+                   "'; it was written for a different net");
+    LAMINA_REQUIRE(it->second.size() == entry.second.size(), source, ": layer '", entry.first,
+                   "' keeps ", entry.second.size(), " state values, the file holds ",
+                   it->second.size());
+  }
+  std::vector<Layer*> done;
+  try {
+    for (auto& layer : layers_) {
+      auto it = states.find(layer->name());
+      if (it == states.end()) continue;
+      layer->set_state(it->second);
+      done.push_back(layer.get());
+    }
+  } catch (const Error& e) {
+    for (Layer* layer : done) layer->set_state(before.at(layer->name()));  // roll back
+    fail(source, ": ", e.what());
+  }
+}
+
+namespace {
+
+// "" when every value of values is finite; else how many are not and the first of them.
+std::string nonfinite_values(const std::vector<float>& values) {
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (std::isfinite(values[i])) continue;
+    if (first < 0) first = int64_t(i);
+    ++bad;
+  }
+  if (bad == 0) return {};
+  std::ostringstream out;
+  const float v = values[first];
+  out << bad << " of " << values.size() << " values are not finite, the first ("
+      << (std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf") << ") at index " << first;
+  return out.str();
+}
+
+}  // namespace
+
+std::string Net::find_nonfinite() {
+  auto describe = [&](int i) {
+    return "layer '" + layers_[i]->name() + "' (" + layers_[i]->type() + ")";
+  };
+  for (int i = 0; i < num_layers(); ++i) {
+    forward_layer(i);
+    for (int t : io_[i].tops) {
+      const std::string bad = nonfinite_values(blobs_[t]->copy_data_to_host());
+      if (!bad.empty())
+        return "the forward pass: " + describe(i) + " output '" + blobs_[t]->name() + "': " + bad;
+    }
+  }
+  zero_param_diffs();
+  for (const auto& l : loss_blobs_) backend_.fill(1, l.second, blobs_[l.first]->mutable_diff());
+  for (int i = num_layers() - 1; i >= 0; --i) {
+    if (!needs_backward_[i]) continue;
+    backward_layer(i);
+    for (const Param& p : layers_[i]->params()) {
+      const std::string bad = nonfinite_values(p.tensor->copy_diff_to_host());
+      if (!bad.empty())
+        return "the backward pass: " + describe(i) + " gradient of parameter '" +
+               p.tensor->name() + "': " + bad;
+    }
+    for (size_t j = 0; j < io_[i].bottoms.size(); ++j) {
+      if (!propagate_[i][j]) continue;
+      const Tensor& b = *blobs_[io_[i].bottoms[j]];
+      const std::string bad = nonfinite_values(b.copy_diff_to_host());
+      if (!bad.empty())
+        return "the backward pass: " + describe(i) + " gradient of input '" + b.name() +
+               "': " + bad;
+    }
+  }
+  return {};
 }
 
 bool Net::has_blob(const std::string& name) const { return blob_index_.count(name) > 0; }

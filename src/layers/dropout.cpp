@@ -3,7 +3,8 @@
 //
 // The mask comes from the counter-based generator keyed by the layer's seed and an offset that
 // advances by the element count every forward pass: each iteration draws new numbers, and the
-// same seed replays the same masks on every backend. Works in place.
+// same seed replays the same masks on every backend. Works in place. State (snapshots): the
+// seed and the offset, so a resumed run draws the masks an uninterrupted one would.
 #include <memory>
 
 #include "lamina/layer.hpp"
@@ -47,6 +48,20 @@ class DropoutLayer : public Layer {
     } else if (top[0] != bottom[0]) {
       backend_.copy(sizeof(float) * n, top[0]->diff(), bottom[0]->mutable_diff());
     }
+  }
+
+  // (seed, offset)
+  std::vector<int64_t> state() const override {
+    if (phase_ != TRAIN) return {};
+    return {int64_t(seed_), int64_t(offset_)};
+  }
+
+  void set_state(const std::vector<int64_t>& state) override {
+    if (phase_ != TRAIN) return Layer::set_state(state);
+    LAMINA_REQUIRE(state.size() == 2, where(), "the snapshot holds ", state.size(),
+                   " state values; Dropout keeps 2 (seed, offset)");
+    seed_ = uint64_t(state[0]);
+    offset_ = uint64_t(state[1]);
   }
 
  private:

@@ -12,6 +12,8 @@
 // the files in order and wrap around (gather_rows takes the index modulo the sample count).
 // With shuffle, every epoch draws a permutation (seeded by the layer's seed and the epoch
 // number), uploads it once, and takes full batches only: the last partial batch is dropped.
+// State (snapshots): seed, epoch, cursor and the sample count; restoring it redraws and
+// uploads that epoch's permutation, so a resumed run sees the same batches.
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -94,6 +96,29 @@ class MnistDataLayer final : public Layer {
 
   void backward_input(const Tensors& /*top*/, const std::vector<bool>& /*propagate*/,
                       const Tensors& /*bottom*/) override {}
+
+  // (seed, epoch, cursor, samples)
+  std::vector<int64_t> state() const override {
+    return {int64_t(seed_), epoch_, cursor_, samples_};
+  }
+
+  void set_state(const std::vector<int64_t>& state) override {
+    LAMINA_REQUIRE(state.size() == 4, where(), "the snapshot holds ", state.size(),
+                   " state values; MnistData keeps 4 (seed, epoch, cursor, samples)");
+    const int64_t epoch = state[1], cursor = state[2], samples = state[3];
+    LAMINA_REQUIRE(samples == samples_, where(), "the snapshot was taken with ", samples,
+                   " samples, but '", param_.mnist_data_param().images(), "' holds ", samples_,
+                   "; resume with the same data set");
+    LAMINA_REQUIRE(epoch >= 0 && cursor >= 0 && cursor <= samples_ &&
+                       (shuffle_ || (epoch == 0 && cursor < samples_)),
+                   where(), "the snapshot's position (epoch ", epoch, ", sample ", cursor,
+                   ") is impossible for ", samples_, " samples",
+                   shuffle_ ? "" : " without shuffle");
+    seed_ = uint64_t(state[0]);
+    if (shuffle_) start_epoch(epoch);  // the permutation depends on the seed and the epoch
+    epoch_ = epoch;
+    cursor_ = cursor;
+  }
 
  private:
   // Draws epoch's permutation on the host and uploads it: the one copy of an epoch.

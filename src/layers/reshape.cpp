@@ -37,6 +37,8 @@ class ReshapeLayer : public ViewLayer {
         LAMINA_REQUIRE(shape[i] > 0, where(), "reshape_param.shape ", shape_string(requested),
                        " has dim ", shape[i], "; use a positive size, 0 (copy) or -1 (infer)");
       }
+      LAMINA_REQUIRE(known <= kMaxElements / shape[i], where(), "reshape_param.shape ",
+                     shape_string(requested), " has too many elements");
       known *= shape[i];
     }
     if (inferred >= 0) {

@@ -101,9 +101,18 @@ __device__ inline RowSoftmaxStats row_softmax_stats(int64_t cols, const float* x
   return {max, sum};
 }
 
-// Whether a row's label is the ignore label (labels are class indices stored as floats).
-__device__ __forceinline__ bool is_ignored(bool has_ignore_label, int ignore_label, int label) {
-  return has_ignore_label && label == ignore_label;
+// Labels are class indices stored as floats; the integer part counts, as in the Native
+// backend. Whether a row's label is the ignore label:
+__device__ __forceinline__ bool is_ignored(bool has_ignore_label, int ignore_label, float label) {
+  return has_ignore_label && trunc(label) == static_cast<double>(ignore_label);
+}
+
+// A label's class index, or -1 when it names none of the cols classes (negative, NaN, or
+// past the last class). Kernels never index with such a label: the loss becomes NaN.
+__device__ __forceinline__ int64_t class_index(float label, int64_t cols) {
+  return label >= 0 && static_cast<double>(label) < static_cast<double>(cols)
+             ? static_cast<int64_t>(label)
+             : -1;
 }
 
 }  // namespace lamina::cuda_detail

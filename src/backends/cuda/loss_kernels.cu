@@ -1,5 +1,7 @@
 // Losses and accuracy. x, prob, logp, diff, dx (rows, cols); labels (rows), class indices
-// stored as floats (converted with a cast to int, as the Native backend does).
+// stored as floats (the integer part counts, as in the Native backend). A label that is not
+// a class index (nor the ignore label) is never used as an index: it makes the loss NaN and
+// its row wrong for accuracy, where the Native backend throws (backend.hpp).
 //
 // A scalar result (loss, norm, accuracy) is written to device memory by a second kernel of
 // one block that sums per-row (or per-block) partial results from the context's workspace in
@@ -39,9 +41,10 @@ __global__ void softmax_cross_entropy_rows_kernel(int64_t rows, int64_t cols, co
   LAMINA_BLOCK_STRIDE_LOOP(r, rows) {
     const float* xr = x + r * cols;
     float* pr = prob + r * cols;
-    const int label = static_cast<int>(labels[r]);
-    const bool valid = !is_ignored(has_ignore_label, ignore_label, label);
-    const float x_label = valid ? xr[label] : 0.0f;  // read before prob may overwrite x
+    const int64_t label = class_index(labels[r], cols);
+    const bool valid = !is_ignored(has_ignore_label, ignore_label, labels[r]);
+    // Read before prob may overwrite x; NaN for a label that names no class.
+    const float x_label = label >= 0 ? xr[label] : (valid ? NAN : 0.0f);
     const RowSoftmaxStats stats = row_softmax_stats(cols, xr);
     const float inv_sum = static_cast<float>(1.0 / stats.sum);
     LAMINA_THREAD_STRIDE_LOOP(j, cols) pr[j] = expf(xr[j] - stats.max) * inv_sum;
@@ -59,7 +62,7 @@ __global__ void finish_loss_kernel(int64_t rows, const double* row_loss, const f
   long long valid = 0;
   LAMINA_THREAD_STRIDE_LOOP(r, rows) {
     total += row_loss[r];
-    valid += !is_ignored(has_ignore_label, ignore_label, static_cast<int>(labels[r]));
+    valid += !is_ignored(has_ignore_label, ignore_label, labels[r]);
   }
   total = block_sum(total);
   valid = block_sum(valid);
@@ -80,8 +83,8 @@ __global__ void softmax_cross_entropy_backward_kernel(int64_t rows, int64_t cols
   LAMINA_GRID_STRIDE_LOOP(i, rows * cols) {
     const int64_t r = i / cols;
     const int64_t j = i - r * cols;
-    const int label = static_cast<int>(labels[r]);
-    if (is_ignored(has_ignore_label, ignore_label, label)) {
+    const int64_t label = class_index(labels[r], cols);
+    if (is_ignored(has_ignore_label, ignore_label, labels[r])) {
       dx[i] = 0.0f;
     } else {
       dx[i] = (prob[i] - (j == label ? 1.0f : 0.0f)) * scale;
@@ -99,9 +102,9 @@ __global__ void nll_loss_forward_kernel(int64_t rows, int64_t cols, const float*
   double total = 0;
   long long valid = 0;
   LAMINA_THREAD_STRIDE_LOOP(r, rows) {
-    const int label = static_cast<int>(labels[r]);
-    if (is_ignored(has_ignore_label, ignore_label, label)) continue;
-    total -= logp[r * cols + label];
+    if (is_ignored(has_ignore_label, ignore_label, labels[r])) continue;
+    const int64_t label = class_index(labels[r], cols);
+    total -= label >= 0 ? logp[r * cols + label] : NAN;
     ++valid;
   }
   total = block_sum(total);
@@ -121,8 +124,8 @@ __global__ void nll_loss_backward_kernel(int64_t rows, int64_t cols, const float
   LAMINA_GRID_STRIDE_LOOP(i, rows * cols) {
     const int64_t r = i / cols;
     const int64_t j = i - r * cols;
-    const int label = static_cast<int>(labels[r]);
-    const bool hit = !is_ignored(has_ignore_label, ignore_label, label) && j == label;
+    const bool hit = !is_ignored(has_ignore_label, ignore_label, labels[r]) &&
+                     j == class_index(labels[r], cols);
     dx[i] = hit ? -scale : 0.0f;
   }
 }
@@ -169,8 +172,9 @@ __global__ void accuracy_rows_kernel(int64_t rows, int64_t cols, int top_k, cons
                                      const float* labels, bool has_ignore_label,
                                      int ignore_label, int* row_correct) {
   LAMINA_BLOCK_STRIDE_LOOP(r, rows) {
-    const int label = static_cast<int>(labels[r]);
-    if (is_ignored(has_ignore_label, ignore_label, label)) {  // the same for the whole block
+    const int64_t label = class_index(labels[r], cols);
+    // The same for the whole block; a label that names no class counts as wrong.
+    if (label < 0 || is_ignored(has_ignore_label, ignore_label, labels[r])) {
       if (threadIdx.x == 0) row_correct[r] = 0;
       continue;
     }
@@ -191,7 +195,7 @@ __global__ void accuracy_finish_kernel(int64_t rows, const int* row_correct,
   long long valid = 0;
   LAMINA_THREAD_STRIDE_LOOP(r, rows) {
     correct += row_correct[r];
-    valid += !is_ignored(has_ignore_label, ignore_label, static_cast<int>(labels[r]));
+    valid += !is_ignored(has_ignore_label, ignore_label, labels[r]);
   }
   correct = block_sum(correct);
   valid = block_sum(valid);

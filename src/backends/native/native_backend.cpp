@@ -23,6 +23,8 @@
 #include <limits>
 #include <vector>
 
+#include <unistd.h>
+
 #include "lamina/common.hpp"
 #include "lamina/counter_rng.hpp"
 #include "thread_pool.hpp"
@@ -98,8 +100,22 @@ void scale_output(int64_t n, float beta, float* y) {
   }
 }
 
-bool is_ignored(const LossOptions& options, int label) {
-  return options.has_ignore_label && label == options.ignore_label;
+// Labels are class indices stored as floats; the integer part counts, as a cast to int would
+// take it (without a cast's undefined behaviour for NaN or huge values).
+bool is_ignored(const LossOptions& options, float label) {
+  return options.has_ignore_label && std::trunc(label) == double(options.ignore_label);
+}
+
+// A label's class index, or -1 when it names none of the cols classes (negative, NaN, or
+// past the last class: scores with fewer outputs than the data has classes).
+int64_t class_index(float label, int64_t cols) {
+  return label >= 0 && double(label) < double(cols) ? static_cast<int64_t>(label) : -1;
+}
+
+[[noreturn]] void bad_label(const char* what, int64_t row, float label, int64_t cols) {
+  fail(what, ": label ", label, " of row ", row, " is not a class index: the scores have ",
+       cols, " classes (0..", cols - 1, "); does the layer that produces the scores have as "
+       "many outputs (num_output) as the data has classes?");
 }
 
 // What a loss is divided by (LossParameter.normalization); at least 1, as in Caffe.
@@ -158,6 +174,15 @@ double serial_sum(const std::vector<double>& values) {
 
 void* NativeBackend::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;  // nothing to own; deallocate(nullptr) is a no-op
+  // One array larger than the machine's memory can never be used; refuse it before the
+  // kernel's overcommit hands it out and the zero-fill that follows brings in the OOM killer.
+  static const uint64_t physical =
+      uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+  if (physical > 0 && bytes > physical) {
+    fail("NativeBackend: could not allocate ", bytes, " bytes (", bytes >> 30, " GiB): more "
+         "than the machine's ", physical >> 30, " GiB of memory; a shape in the net is too "
+         "large (reduce the batch size or the model size)");
+  }
   void* p = nullptr;
   if (posix_memalign(&p, kAlignment, bytes) != 0) {
     fail("NativeBackend: could not allocate ", bytes, " bytes (", bytes >> 20,
@@ -347,14 +372,18 @@ void NativeBackend::softmax_cross_entropy_forward(int64_t rows, int64_t cols, co
   if (cols > 0) {
     parallel_rows(rows, cols, [&](int64_t r) {
       const float* xr = x + r * cols;
-      const int label = static_cast<int>(labels[r]);
-      const bool valid = !is_ignored(options, label);
-      const float x_label = valid ? xr[label] : 0.0f;  // read before prob may overwrite x
+      const int64_t label = class_index(labels[r], cols);
+      const float x_label = label >= 0 ? xr[label] : 0.0f;  // read before prob may overwrite x
       const SoftmaxRow s = softmax_row(cols, xr, prob + r * cols);
-      if (!valid) return;
-      row_valid[r] = 1;
+      if (is_ignored(options, labels[r])) return;
+      row_valid[r] = label >= 0 ? 1 : 2;  // 2: no class, reported below
       row_loss[r] = -(double(x_label) - s.max - std::log(s.sum));
     });
+  }
+  const auto bad = std::find(row_valid.begin(), row_valid.end(), 2);
+  if (bad != row_valid.end()) {
+    const int64_t row = bad - row_valid.begin();
+    bad_label("SoftmaxWithLoss", row, labels[row], cols);
   }
   const int64_t valid = std::count(row_valid.begin(), row_valid.end(), 1);
   const float normalizer = loss_normalizer(options.normalization, rows, valid);
@@ -372,8 +401,8 @@ void NativeBackend::softmax_cross_entropy_backward(int64_t rows, int64_t cols,
   parallel_rows(rows, cols, [=](int64_t r) {
     const float* pr = prob + r * cols;
     float* dxr = dx + r * cols;
-    const int label = static_cast<int>(labels[r]);
-    if (is_ignored(options, label)) {
+    const int64_t label = class_index(labels[r], cols);
+    if (is_ignored(options, labels[r])) {
       std::fill_n(dxr, cols, 0.0f);
       return;
     }
@@ -390,8 +419,9 @@ void NativeBackend::nll_loss_forward(int64_t rows, int64_t cols, const float* lo
   double total = 0;
   int64_t valid = 0;
   for (int64_t r = 0; r < rows; ++r) {  // one value per row: serial is cheapest
-    const int label = static_cast<int>(labels[r]);
-    if (is_ignored(options, label)) continue;
+    if (is_ignored(options, labels[r])) continue;
+    const int64_t label = class_index(labels[r], cols);
+    if (label < 0) bad_label("NegativeLogLikelihood", r, labels[r], cols);
     total -= logp[r * cols + label];
     ++valid;
   }
@@ -408,8 +438,8 @@ void NativeBackend::nll_loss_backward(int64_t rows, int64_t cols, const float* l
   parallel_rows(rows, cols, [=](int64_t r) {
     float* dxr = dx + r * cols;
     std::fill_n(dxr, cols, 0.0f);
-    const int label = static_cast<int>(labels[r]);
-    if (!is_ignored(options, label)) dxr[label] = -scale;
+    const int64_t label = class_index(labels[r], cols);
+    if (label >= 0 && !is_ignored(options, labels[r])) dxr[label] = -scale;
   });
 }
 
@@ -442,8 +472,9 @@ void NativeBackend::accuracy(int64_t rows, int64_t cols, int top_k, const float*
   int64_t correct = 0;
   int64_t valid = 0;
   for (int64_t r = 0; r < rows; ++r) {  // rows are few: one batch
-    const int label = static_cast<int>(labels[r]);
-    if (is_ignored(options, label)) continue;
+    if (is_ignored(options, labels[r])) continue;
+    const int64_t label = class_index(labels[r], cols);
+    if (label < 0) bad_label("Accuracy", r, labels[r], cols);
     const float* xr = x + r * cols;
     const float score = xr[label];
     int64_t greater = 0;

@@ -1,0 +1,137 @@
+// Snapshots: trained weights and solver state on disk (docs/snapshots.md).
+//
+// Both kinds of file share one container, version 1, every integer little-endian:
+//
+//   offset  bytes  field
+//        0      8  magic: "LAMINAW\0" (weights) or "LAMINAS\0" (solver state)
+//        8      4  format version (uint32, 1)
+//       12      4  flags (uint32, 0; reserved)
+//       16      8  payload length P (uint64)
+//       24      P  payload: records, one after another
+//   24 + P      4  CRC-32 (zlib's crc32) of bytes [0, 24 + P)
+//
+// The file is exactly 28 + P bytes. A record is a named array:
+//
+//   uint32 name length L (1..4096), L bytes of name
+//   uint8  type: 1 float32, 2 int64, 3 bytes
+//   uint8  number of dimensions D (0..8; bytes records have D = 1)
+//   uint16 reserved (0)
+//   D x int64 dimensions (each >= 0, product checked for overflow)
+//   the values: count x 4 (float32), count x 8 (int64) or count x 1 (bytes)
+//
+// A weights file holds one float32 record per entry of the net's parameter table, named as
+// the table names it ("<layer>/<role>", or a shared name from param { name }), shaped as
+// the parameter. A solver state file holds the records listed in solver.hpp (Solver::restore).
+//
+// Reading checks, before anything is used: the file is there and is a regular file, the
+// magic, the version, the flags, the length (truncated or trailing bytes), the checksum,
+// then every record's bounds and that no name repeats. Every problem throws lamina::Error
+// naming the file and what is wrong. Loading into a net checks every parameter's presence
+// and shape before the first value is copied: an error leaves the net untouched.
+//
+// Writing is atomic: the bytes go to PATH.tmp-<pid>, which is flushed (fsync) and renamed
+// over PATH, and the directory is synced. A process killed at any moment leaves PATH as it
+// was (the old file) or complete (the new one); at worst a stale PATH.tmp-<pid> remains,
+// which nothing reads. Errors (ENOSPC, EACCES, a missing directory) throw lamina::Error
+// naming the path and the system's reason.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lamina/common.hpp"
+#include "lamina/net.hpp"
+
+namespace lamina {
+
+constexpr uint32_t kSnapshotFormatVersion = 1;
+constexpr size_t kSnapshotHeaderBytes = 24;   // magic, version, flags, payload length
+constexpr size_t kSnapshotTrailerBytes = 4;   // CRC-32
+
+enum class SnapshotKind { kWeights, kSolverState };
+// "weights" or "solver state", for messages.
+const char* snapshot_kind_name(SnapshotKind kind);
+
+// One named array of a snapshot file.
+struct SnapshotRecord {
+  enum class Type : uint8_t { kFloat32 = 1, kInt64 = 2, kBytes = 3 };
+  std::string name;
+  Type type = Type::kFloat32;
+  Shape shape;                // kBytes: (length)
+  std::vector<float> floats;  // kFloat32: shape_count(shape) values
+  std::vector<int64_t> ints;  // kInt64
+  std::string bytes;          // kBytes
+
+  static SnapshotRecord of_floats(std::string name, Shape shape, std::vector<float> values);
+  static SnapshotRecord of_ints(std::string name, std::vector<int64_t> values);  // shape (n)
+  static SnapshotRecord of_bytes(std::string name, std::string value);
+  int64_t count() const { return shape_count(shape); }
+};
+
+struct SnapshotFile {
+  SnapshotKind kind = SnapshotKind::kWeights;
+  uint32_t version = kSnapshotFormatVersion;
+  uint32_t checksum = 0;  // the CRC-32 stored in the file (verified when read)
+  std::vector<SnapshotRecord> records;
+
+  const SnapshotRecord* find(const std::string& name) const;  // nullptr when absent
+};
+
+// The bytes of a file holding records; *checksum receives its CRC-32 when given.
+std::string encode_snapshot(SnapshotKind kind, const std::vector<SnapshotRecord>& records,
+                            uint32_t* checksum = nullptr);
+// Parses and validates bytes read from `source` (a path, for messages). verify_checksum is
+// for fuzzers and tests that corrupt the payload on purpose; everything else is checked
+// regardless. Throws lamina::Error naming source and the problem.
+SnapshotFile decode_snapshot(const std::string& bytes, SnapshotKind kind,
+                             const std::string& source, bool verify_checksum = true);
+// Reads path whole and decodes it.
+SnapshotFile read_snapshot_file(const std::string& path, SnapshotKind kind);
+
+// Writes bytes to path atomically (see above).
+void write_file_atomically(const std::string& path, const std::string& bytes);
+// Writes all of data to the open descriptor fd, retrying on EINTR and short writes; throws
+// naming `path` and strerror (ENOSPC: "No space left on device").
+void write_fully(int fd, const void* data, size_t size, const std::string& path);
+// Throws, naming the directory and the reason, when no file can be created beside `path`
+// (the directory is missing, is not a directory, or is not writable). Creates and removes
+// a probe file PATH.probe-<pid>.
+void check_writable(const std::string& path);
+
+// ---- weights ----
+
+// How load_weights matches the file against the net.
+enum class WeightsMatch {
+  kExact,       // resume: every parameter present with its shape, and nothing else
+  kRequireAll,  // scoring (lamina test): every parameter present; others in the file ignored
+  kFineTune,    // fine-tuning: parameters absent from the file keep their fillers
+};
+
+struct WeightsLoadReport {
+  std::vector<std::string> loaded;       // parameters whose values came from the file
+  std::vector<std::string> kept_filler;  // kFineTune: parameters the file does not have
+  std::vector<std::string> ignored;      // entries of the file the net does not have
+};
+
+// The records of a weights file for the net's parameter arena (one host copy of it).
+// The net must own its arena (not a test net viewing the training net's).
+std::vector<SnapshotRecord> weights_records(const Net& net);
+// Writes the net's weights to path atomically; returns the file's CRC-32.
+uint32_t save_weights(const Net& net, const std::string& path);
+// Loads the weights of a file into the net, matched by parameter name ("<layer>/<role>").
+// A missing parameter (kExact, kRequireAll) or a shape that differs is an error naming the
+// file, the layer and both shapes; the net is changed only when every check passed.
+WeightsLoadReport load_weights(Net& net, const std::string& path, WeightsMatch match);
+WeightsLoadReport load_weights(Net& net, const SnapshotFile& file, const std::string& path,
+                               WeightsMatch match);
+// The checks of load_weights without copying anything; returns the arena the net would
+// hold (arena_count() floats, padding zero) and fills report.
+std::vector<float> check_weights(const Net& net, const SnapshotFile& file,
+                                 const std::string& path, WeightsMatch match,
+                                 WeightsLoadReport* report = nullptr);
+
+// The index of the first value of values that is NaN or infinite, or -1.
+int64_t first_nonfinite(const float* values, int64_t n);
+
+}  // namespace lamina
