@@ -14,6 +14,7 @@
 
 #include "lamina/idx.hpp"
 #include "lamina/registry.hpp"
+#include "forwarding_backend.hpp"
 #include "test_util.hpp"
 
 namespace lamina {
@@ -49,99 +50,14 @@ void write_idx(const std::string& path, uint32_t magic, const std::vector<uint32
 }
 
 // Native, counting every copy_from_host (Native itself counts none: it has no device).
-class CountingBackend final : public Backend {
+class CountingBackend final : public testing::ForwardingBackend {
  public:
   int64_t uploads = 0;
   std::string name() const override { return "counting-native"; }
-  bool is_host() const override { return true; }
-  void* allocate(size_t bytes) override { return n_.allocate(bytes); }
-  void deallocate(void* p) noexcept override { n_.deallocate(p); }
-  void copy(size_t bytes, const void* src, void* dst) override { n_.copy(bytes, src, dst); }
-  void copy_to_host(size_t bytes, const void* src, void* dst) override {
-    n_.copy_to_host(bytes, src, dst);
-  }
   void copy_from_host(size_t bytes, const void* src, void* dst) override {
     ++uploads;
-    n_.copy_from_host(bytes, src, dst);
+    inner_.copy_from_host(bytes, src, dst);
   }
-  void zero(size_t bytes, void* p) override { n_.zero(bytes, p); }
-  void fill(int64_t n, float v, float* x) override { n_.fill(n, v, x); }
-  void synchronize() override {}
-  void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
-            const float* a, const float* b, float beta, float* c) override {
-    n_.gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
-  }
-  void gemv(Transpose ta, int64_t m, int64_t n, float alpha, const float* a, const float* x,
-            float beta, float* y) override {
-    n_.gemv(ta, m, n, alpha, a, x, beta, y);
-  }
-  void axpy(int64_t n, float a, const float* x, float* y) override { n_.axpy(n, a, x, y); }
-  void axpby(int64_t n, float a, const float* x, float b, float* y) override {
-    n_.axpby(n, a, x, b, y);
-  }
-  void scal(int64_t n, float a, float* x) override { n_.scal(n, a, x); }
-  void mul(int64_t n, const float* a, const float* b, float* y) override { n_.mul(n, a, b, y); }
-  float dot(int64_t n, const float* x, const float* y) override { return n_.dot(n, x, y); }
-  float asum(int64_t n, const float* x) override { return n_.asum(n, x); }
-  void activation_forward(Activation f, int64_t n, float s, const float* x, float* y) override {
-    n_.activation_forward(f, n, s, x, y);
-  }
-  void activation_backward(Activation f, int64_t n, float s, const float* y, const float* dy,
-                           float* dx) override {
-    n_.activation_backward(f, n, s, y, dy, dx);
-  }
-  void softmax_forward(int64_t r, int64_t c, bool log, const float* x, float* y) override {
-    n_.softmax_forward(r, c, log, x, y);
-  }
-  void softmax_backward(int64_t r, int64_t c, bool log, const float* y, const float* dy,
-                        float* dx) override {
-    n_.softmax_backward(r, c, log, y, dy, dx);
-  }
-  void softmax_cross_entropy_forward(int64_t r, int64_t c, const float* x, const float* l,
-                                     const LossOptions& o, float* p, float* loss,
-                                     float* norm) override {
-    n_.softmax_cross_entropy_forward(r, c, x, l, o, p, loss, norm);
-  }
-  void softmax_cross_entropy_backward(int64_t r, int64_t c, const float* p, const float* l,
-                                      const LossOptions& o, const float* norm,
-                                      const float* dloss, float* dx) override {
-    n_.softmax_cross_entropy_backward(r, c, p, l, o, norm, dloss, dx);
-  }
-  void nll_loss_forward(int64_t r, int64_t c, const float* lp, const float* l,
-                        const LossOptions& o, float* loss, float* norm) override {
-    n_.nll_loss_forward(r, c, lp, l, o, loss, norm);
-  }
-  void nll_loss_backward(int64_t r, int64_t c, const float* l, const LossOptions& o,
-                         const float* norm, const float* dloss, float* dx) override {
-    n_.nll_loss_backward(r, c, l, o, norm, dloss, dx);
-  }
-  void euclidean_loss_forward(int64_t r, int64_t c, const float* a, const float* b, float* d,
-                              float* loss) override {
-    n_.euclidean_loss_forward(r, c, a, b, d, loss);
-  }
-  void euclidean_loss_backward(int64_t r, int64_t c, float sign, const float* d,
-                               const float* dloss, float* dx) override {
-    n_.euclidean_loss_backward(r, c, sign, d, dloss, dx);
-  }
-  void accuracy(int64_t r, int64_t c, int k, const float* x, const float* l,
-                const LossOptions& o, float* out) override {
-    n_.accuracy(r, c, k, x, l, o, out);
-  }
-  void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset, const float* x,
-                       float* mask, float* y) override {
-    n_.dropout_forward(n, ratio, seed, offset, x, mask, y);
-  }
-  void gather_rows(int64_t rows, int64_t cols, const uint8_t* src, const int32_t* order,
-                   int64_t len, int64_t start, float scale, float* dst) override {
-    n_.gather_rows(rows, cols, src, order, len, start, scale, dst);
-  }
-  void update(const UpdateArgs& a, int64_t n, const ParamSegment* s, int ns, float* w,
-              const float* g, float* h, float* h2) override {
-    n_.update(a, n, s, ns, w, g, h, h2);
-  }
-
- private:
-  NativeBackend n_;
 };
 
 class DataTest : public ::testing::Test {

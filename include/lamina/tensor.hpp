@@ -44,7 +44,7 @@ class Memory {
   // Owns count floats of backend memory (zero-filled).
   Memory(Backend& backend, int64_t count);
   // A view of count floats at ptr in backend memory (a parameter in the arena).
-  Memory(Backend& backend, float* ptr, int64_t count);
+  Memory(Backend& backend, float* ptr, int64_t count);  // its host mirror is never trusted
 
   int64_t count() const { return count_; }
   Backend& backend() const { return *backend_; }
@@ -67,6 +67,7 @@ class Memory {
   float* device_;         // backend memory (owned_ or a view)
   std::vector<float> host_;  // mirror; unused on host backends
   Residency residency_ = Residency::kBoth;
+  bool is_view_ = false;
 };
 
 class Tensor {

@@ -41,7 +41,7 @@ Memory::Memory(Backend& backend, int64_t count)
 }
 
 Memory::Memory(Backend& backend, float* ptr, int64_t count)
-    : backend_(&backend), count_(count), device_(ptr) {
+    : backend_(&backend), count_(count), device_(ptr), is_view_(true) {
   residency_ = backend.is_host() ? Residency::kBoth : Residency::kDevice;
 }
 
@@ -72,7 +72,10 @@ float* Memory::mutable_host() {
 }
 
 void Memory::to_host() {
-  if (backend_->is_host() || residency_ != Residency::kDevice) return;
+  if (backend_->is_host() || residency_ == Residency::kHost) return;
+  // A view (a parameter in the arena) is also written through the arena's own pointer (the
+  // solver's update), so its mirror is never trusted: every to_host() reads it again.
+  if (residency_ == Residency::kBoth && !is_view_) return;
   host_.resize(count_);
   backend_->copy_to_host(sizeof(float) * count_, device_, host_.data());
   residency_ = Residency::kBoth;

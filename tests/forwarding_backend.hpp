@@ -1,0 +1,159 @@
+// A Backend that forwards every operation to a NativeBackend, for tests that need a backend
+// with one behaviour changed (counting copies, posing as a device, injecting an error):
+// derive from it and override only that.
+#pragma once
+
+#include "lamina/native_backend.hpp"
+
+namespace lamina::testing {
+
+class ForwardingBackend : public Backend {
+ public:
+  std::string name() const override { return inner_.name(); }
+  bool is_host() const override { return inner_.is_host(); }
+  void* allocate(size_t bytes) override { return inner_.allocate(bytes); }
+  void deallocate(void* p) noexcept override { inner_.deallocate(p); }
+  void copy(size_t bytes, const void* src, void* dst) override { inner_.copy(bytes, src, dst); }
+  void copy_to_host(size_t bytes, const void* src, void* dst) override {
+    inner_.copy_to_host(bytes, src, dst);
+  }
+  void copy_from_host(size_t bytes, const void* src, void* dst) override {
+    inner_.copy_from_host(bytes, src, dst);
+  }
+  void zero(size_t bytes, void* p) override { inner_.zero(bytes, p); }
+  void fill(int64_t n, float v, float* x) override { inner_.fill(n, v, x); }
+  void synchronize() override { inner_.synchronize(); }
+  void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
+            const float* a, const float* b, float beta, float* c) override {
+    inner_.gemm(ta, tb, m, n, k, alpha, a, b, beta, c);
+  }
+  void gemv(Transpose t, int64_t m, int64_t n, float alpha, const float* a, const float* x,
+            float beta, float* y) override {
+    inner_.gemv(t, m, n, alpha, a, x, beta, y);
+  }
+  void axpy(int64_t n, float a, const float* x, float* y) override { inner_.axpy(n, a, x, y); }
+  void axpby(int64_t n, float a, const float* x, float b, float* y) override {
+    inner_.axpby(n, a, x, b, y);
+  }
+  void scal(int64_t n, float a, float* x) override { inner_.scal(n, a, x); }
+  void mul(int64_t n, const float* a, const float* b, float* y) override {
+    inner_.mul(n, a, b, y);
+  }
+  float dot(int64_t n, const float* x, const float* y) override { return inner_.dot(n, x, y); }
+  float asum(int64_t n, const float* x) override { return inner_.asum(n, x); }
+  void activation_forward(Activation f, int64_t n, float s, const float* x, float* y) override {
+    inner_.activation_forward(f, n, s, x, y);
+  }
+  void activation_backward(Activation f, int64_t n, float s, const float* y, const float* dy,
+                           float* dx) override {
+    inner_.activation_backward(f, n, s, y, dy, dx);
+  }
+  void softmax_forward(int64_t r, int64_t c, bool log, const float* x, float* y) override {
+    inner_.softmax_forward(r, c, log, x, y);
+  }
+  void softmax_backward(int64_t r, int64_t c, bool log, const float* y, const float* dy,
+                        float* dx) override {
+    inner_.softmax_backward(r, c, log, y, dy, dx);
+  }
+  void softmax_cross_entropy_forward(int64_t r, int64_t c, const float* x, const float* labels,
+                                     const LossOptions& o, float* prob, float* loss,
+                                     float* norm) override {
+    inner_.softmax_cross_entropy_forward(r, c, x, labels, o, prob, loss, norm);
+  }
+  void softmax_cross_entropy_backward(int64_t r, int64_t c, const float* prob,
+                                      const float* labels, const LossOptions& o,
+                                      const float* norm, const float* dloss, float* dx) override {
+    inner_.softmax_cross_entropy_backward(r, c, prob, labels, o, norm, dloss, dx);
+  }
+  void nll_loss_forward(int64_t r, int64_t c, const float* logp, const float* labels,
+                        const LossOptions& o, float* loss, float* norm) override {
+    inner_.nll_loss_forward(r, c, logp, labels, o, loss, norm);
+  }
+  void nll_loss_backward(int64_t r, int64_t c, const float* labels, const LossOptions& o,
+                         const float* norm, const float* dloss, float* dx) override {
+    inner_.nll_loss_backward(r, c, labels, o, norm, dloss, dx);
+  }
+  void euclidean_loss_forward(int64_t r, int64_t c, const float* a, const float* b, float* diff,
+                              float* loss) override {
+    inner_.euclidean_loss_forward(r, c, a, b, diff, loss);
+  }
+  void euclidean_loss_backward(int64_t r, int64_t c, float sign, const float* diff,
+                               const float* dloss, float* dx) override {
+    inner_.euclidean_loss_backward(r, c, sign, diff, dloss, dx);
+  }
+  void accuracy(int64_t r, int64_t c, int k, const float* x, const float* labels,
+                const LossOptions& o, float* out) override {
+    inner_.accuracy(r, c, k, x, labels, o, out);
+  }
+  void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset, const float* x,
+                       float* mask, float* y) override {
+    inner_.dropout_forward(n, ratio, seed, offset, x, mask, y);
+  }
+  void gather_rows(int64_t rows, int64_t cols, const uint8_t* src, const int32_t* order,
+                   int64_t len, int64_t start, float scale, float* dst) override {
+    inner_.gather_rows(rows, cols, src, order, len, start, scale, dst);
+  }
+  void conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                    float* y) override {
+    inner_.conv_forward(g, x, w, b, y);
+  }
+  void conv_backward_data(const ConvGeometry& g, const float* w, const float* dy,
+                          float* dx) override {
+    inner_.conv_backward_data(g, w, dy, dx);
+  }
+  void conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy, float* dw,
+                            float* db) override {
+    inner_.conv_backward_filter(g, x, dy, dw, db);
+  }
+  void pool_forward(PoolMethod m, const PoolGeometry& g, const float* x, float* y,
+                    int32_t* mask) override {
+    inner_.pool_forward(m, g, x, y, mask);
+  }
+  void pool_backward(PoolMethod m, const PoolGeometry& g, const float* dy, const int32_t* mask,
+                     float* dx) override {
+    inner_.pool_backward(m, g, dy, mask, dx);
+  }
+  void channel_moments(int64_t o, int64_t c, int64_t i, const float* x, float* mean,
+                       float* var) override {
+    inner_.channel_moments(o, c, i, x, mean, var);
+  }
+  void batch_norm_forward(int64_t o, int64_t c, int64_t i, float eps, const float* x,
+                          const float* mean, const float* var, float* y,
+                          float* inv_std) override {
+    inner_.batch_norm_forward(o, c, i, eps, x, mean, var, y, inv_std);
+  }
+  void batch_norm_backward(int64_t o, int64_t c, int64_t i, const float* y, const float* dy,
+                           const float* inv_std, float* dx) override {
+    inner_.batch_norm_backward(o, c, i, y, dy, inv_std, dx);
+  }
+  void channel_affine(int64_t o, int64_t c, int64_t i, const float* x, const float* scale,
+                      const float* bias, float* y) override {
+    inner_.channel_affine(o, c, i, x, scale, bias, y);
+  }
+  void channel_reduce(int64_t o, int64_t c, int64_t i, const float* a, const float* b,
+                      float* out) override {
+    inner_.channel_reduce(o, c, i, a, b, out);
+  }
+  void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
+                 int64_t dst_stride, bool accumulate) override {
+    inner_.copy_rows(rows, cols, src, src_stride, dst, dst_stride, accumulate);
+  }
+  void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
+                           int32_t* mask) override {
+    inner_.eltwise_max_forward(n, index, x, y, mask);
+  }
+  void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
+                            float* dx) override {
+    inner_.eltwise_max_backward(n, index, dy, mask, dx);
+  }
+  bool supports(Operation op) const override { return inner_.supports(op); }
+  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments, int num_segments,
+              float* w, const float* g, float* h, float* h2) override {
+    inner_.update(args, n, segments, num_segments, w, g, h, h2);
+  }
+
+ protected:
+  NativeBackend inner_;
+};
+
+}  // namespace lamina::testing
