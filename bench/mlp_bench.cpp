@@ -14,17 +14,12 @@
 #include <cstdio>
 #include <vector>
 
-#include "../examples/mnist/mnist_model.hpp"
-#include "lamina/cuda.hpp"
-#include "lamina/native_backend.hpp"
+#include "bench_util.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using lamina::bench::Clock;
+using lamina::bench::seconds_since;
 
 // One sgemm of an iteration: C (m, n) = op(A) op(B), row-major, with its transposes.
 struct Gemm {
@@ -104,31 +99,15 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::unique_ptr<lamina::Backend> backend;
-    if (gpu >= 0) {
-      backend = lamina::make_cuda_backend(gpu);
-    } else {
-      backend = std::make_unique<lamina::NativeBackend>();
-    }
+    std::unique_ptr<lamina::Backend> backend = lamina::bench::make_backend(gpu);
     std::printf("MNIST MLP 784-512-512-10 on %s\n", backend->name().c_str());
     std::printf("%6s %8s %12s %14s %14s %12s %8s\n", "batch", "iters", "epoch_s", "samples/s",
                 "gemm_GFLOP", "sgemm_GF/s", "ratio");
     for (int batch : batch_sizes) {
-      options.batch_size = batch;
-      lamina::mnist::Model m = lamina::mnist::load_model("mlp", options);
-      m.solver.clear_test_iter();  // training only
-      lamina::Solver solver(m.solver, m.net, *backend, m.net_path);
-      solver.step(10);  // warm-up: first touches, library start-up
-      backend->synchronize();
-      std::vector<double> epochs;
-      for (int e = 0; e < repeats; ++e) {
-        const auto start = Clock::now();
-        solver.step(m.iters_per_epoch);
-        backend->synchronize();
-        epochs.push_back(seconds_since(start));
-      }
-      std::sort(epochs.begin(), epochs.end());
-      const double epoch = epochs[epochs.size() / 2];  // the median epoch
+      const lamina::bench::EpochTiming timing =
+          lamina::bench::time_epochs("mlp", batch, repeats, options, *backend);
+      const lamina::mnist::Model& m = timing.model;
+      const double epoch = timing.epoch_seconds;
 
       const std::vector<Gemm> gemms = mlp_gemms(batch);
       const double epoch_flops = flops(gemms) * m.iters_per_epoch;

@@ -9,26 +9,12 @@ per batch size, then the test accuracy after the timed epochs.
     python3 bench/pytorch_mlp.py --data-dir data/mnist --batch-sizes 20,64,256 --epochs 3
 """
 import argparse
-import gzip
-import os
-import struct
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-
-def read_idx(path):
-    if not os.path.exists(path) and os.path.exists(path + ".gz"):
-        path += ".gz"
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    magic, = struct.unpack(">I", data[:4])
-    ndim = magic & 0xFF
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from mnist_idx import load_mnist
 
 
 def main():
@@ -39,11 +25,7 @@ def main():
     args = parser.parse_args()
 
     device = torch.device("cuda")
-    load = lambda name: read_idx(os.path.join(args.data_dir, name))
-    x_train = torch.tensor(load("train-images-idx3-ubyte"), device=device).float().div_(256).view(-1, 784)
-    y_train = torch.tensor(load("train-labels-idx1-ubyte"), device=device).long()
-    x_test = torch.tensor(load("t10k-images-idx3-ubyte"), device=device).float().div_(256).view(-1, 784)
-    y_test = torch.tensor(load("t10k-labels-idx1-ubyte"), device=device).long()
+    x_train, y_train, x_test, y_test = load_mnist(args.data_dir, device, (-1, 784))
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 arithmetic, as Lamina's
     print(f"PyTorch {torch.__version__} eager on {torch.cuda.get_device_name(0)}")
     print(f"{'batch':>6} {'iters':>8} {'epoch_s':>12} {'samples/s':>14} {'test_acc':>9}")

@@ -4,8 +4,10 @@
 #
 #   scripts/gpu_check.sh BIN_DIR OUT_DIR [MNIST_DIR]
 #
-# BIN_DIR holds the test_* binaries, lamina, mnist and mlp_bench; logs go to OUT_DIR; the
-# summary (tests passed/failed/skipped per binary, then the benchmarks) goes to stdout.
+# BIN_DIR holds the test_* binaries, lamina, mnist, mlp_bench and lenet_bench; logs go to
+# OUT_DIR; the summary (tests passed/failed/skipped per binary, then the benchmarks) goes to
+# stdout. LAMINA_GPU_TRAIN_EPOCHS=N also trains the MLP and LeNet for N epochs on GPU 0;
+# LAMINA_GPU_BENCH=1 runs mlp_bench and lenet_bench on GPU 0 and their PyTorch references.
 set -uo pipefail
 bin="$1"
 out="$2"
@@ -33,11 +35,19 @@ echo "tests: $total_pass passed, $total_fail failed, $total_skip skipped"
 if [ -n "${LAMINA_GPU_TRAIN_EPOCHS:-}" ]; then
   "$bin/mnist" mlp --gpu 0 --epochs "$LAMINA_GPU_TRAIN_EPOCHS" --data-dir "$mnist" 2>&1 |
     tee "$out/mnist_mlp_gpu.txt"
+  "$bin/mnist" conv --gpu 0 --epochs "$LAMINA_GPU_TRAIN_EPOCHS" --data-dir "$mnist" 2>&1 |
+    tee "$out/mnist_conv_gpu.txt"
 fi
 if [ -n "${LAMINA_GPU_BENCH:-}" ]; then
   "$bin/mlp_bench" --gpu 0 --batch-sizes 20,64,256 --data-dir "$mnist" 2>&1 | tee "$out/mlp_bench_gpu.txt"
   if python3 -c "import torch" 2>/dev/null; then
     python3 bench/pytorch_mlp.py --data-dir "$mnist" --batch-sizes 20,64,256 2>&1 |
       tee "$out/pytorch_mlp.txt"
+  fi
+  "$bin/lenet_bench" --gpu 0 --batch-sizes 64,256 --data-dir "$mnist" 2>&1 |
+    tee "$out/lenet_bench_gpu.txt"
+  if python3 -c "import torch" 2>/dev/null; then
+    python3 bench/pytorch_lenet.py --data-dir "$mnist" --batch-sizes 64,256 2>&1 |
+      tee "$out/pytorch_lenet.txt"
   fi
 fi

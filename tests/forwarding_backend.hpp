@@ -93,6 +93,60 @@ class ForwardingBackend : public Backend {
                    int64_t len, int64_t start, float scale, float* dst) override {
     inner_.gather_rows(rows, cols, src, order, len, start, scale, dst);
   }
+  void conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                    float* y) override {
+    inner_.conv_forward(g, x, w, b, y);
+  }
+  void conv_backward_data(const ConvGeometry& g, const float* w, const float* dy,
+                          float* dx) override {
+    inner_.conv_backward_data(g, w, dy, dx);
+  }
+  void conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy, float* dw,
+                            float* db) override {
+    inner_.conv_backward_filter(g, x, dy, dw, db);
+  }
+  void pool_forward(PoolMethod m, const PoolGeometry& g, const float* x, float* y,
+                    int32_t* mask) override {
+    inner_.pool_forward(m, g, x, y, mask);
+  }
+  void pool_backward(PoolMethod m, const PoolGeometry& g, const float* dy, const int32_t* mask,
+                     float* dx) override {
+    inner_.pool_backward(m, g, dy, mask, dx);
+  }
+  void channel_moments(int64_t o, int64_t c, int64_t i, const float* x, float* mean,
+                       float* var) override {
+    inner_.channel_moments(o, c, i, x, mean, var);
+  }
+  void batch_norm_forward(int64_t o, int64_t c, int64_t i, float eps, const float* x,
+                          const float* mean, const float* var, float* y,
+                          float* inv_std) override {
+    inner_.batch_norm_forward(o, c, i, eps, x, mean, var, y, inv_std);
+  }
+  void batch_norm_backward(int64_t o, int64_t c, int64_t i, const float* y, const float* dy,
+                           const float* inv_std, float* dx) override {
+    inner_.batch_norm_backward(o, c, i, y, dy, inv_std, dx);
+  }
+  void channel_affine(int64_t o, int64_t c, int64_t i, const float* x, const float* scale,
+                      const float* bias, float* y) override {
+    inner_.channel_affine(o, c, i, x, scale, bias, y);
+  }
+  void channel_reduce(int64_t o, int64_t c, int64_t i, const float* a, const float* b,
+                      float* out) override {
+    inner_.channel_reduce(o, c, i, a, b, out);
+  }
+  void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
+                 int64_t dst_stride, bool accumulate) override {
+    inner_.copy_rows(rows, cols, src, src_stride, dst, dst_stride, accumulate);
+  }
+  void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
+                           int32_t* mask) override {
+    inner_.eltwise_max_forward(n, index, x, y, mask);
+  }
+  void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
+                            float* dx) override {
+    inner_.eltwise_max_backward(n, index, dy, mask, dx);
+  }
+  bool supports(Operation op) const override { return inner_.supports(op); }
   void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments, int num_segments,
               float* w, const float* g, float* h, float* h2) override {
     inner_.update(args, n, segments, num_segments, w, g, h, h2);

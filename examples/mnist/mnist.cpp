@@ -3,13 +3,17 @@
 //
 //   mnist mlp --batch-size 20 --momentum 0.03
 //   mnist linear --epochs 5 --gpu 0
+//   mnist conv                     # LeNet, Caffe's solver, 11 epochs (10,307 iterations)
+//   mnist conv --dataset fashion   # the same net on Fashion-MNIST
 //
-// The flags override the values in the model's solver and net prototxt files.
+// The flags override the values in the model's solver and net prototxt files. An epoch is
+// 60000 / batch full batches (937 at batch 64).
 #include <CLI/CLI.hpp>
 #include <glog/logging.h>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "lamina/cuda.hpp"
@@ -21,17 +25,37 @@ namespace {
 
 struct Options {
   std::string model;
+  std::string dataset = "mnist";
   lamina::mnist::ModelOptions model_options;
   int gpu = -1;
 };
 
-int run(const Options& o) {
-  if (o.model == "conv") {
-    lamina::fail("the 'conv' model (LeNet) needs the Convolution and Pooling layers, which "
-                 "Lamina does not have yet; train 'mlp' or 'linear' meanwhile");
+// The model's prototxt files are models/<dir>/<file>_{solver,train}.prototxt.
+std::string model_file(const std::string& model) { return model == "conv" ? "lenet" : model; }
+
+// Default epochs: LeNet's 11 epochs of 937 iterations are Caffe's 10,000 iterations rounded up
+// to a whole epoch; the MLP and the linear model train for 15.
+int default_epochs(const std::string& model) { return model == "conv" ? 11 : 15; }
+
+int run(Options o) {
+  const std::string root = lamina::mnist::source_root();
+  lamina::mnist::ModelOptions& mo = o.model_options;
+  if (mo.epochs <= 0) mo.epochs = default_epochs(o.model);
+  if (o.dataset == "fashion") {
+    // LeNet has its own Fashion-MNIST files (for `lamina train`); the other models reuse
+    // models/mnist/ with the Fashion-MNIST data: the nets are the same, the images differ.
+    if (mo.models_dir.empty())
+      mo.models_dir = root + (o.model == "conv" ? "/models/fashion_mnist" : "/models/mnist");
+    if (mo.data_dir.empty()) mo.data_dir = root + "/data/fashion-mnist";
+    LAMINA_REQUIRE(std::filesystem::exists(mo.data_dir), "no Fashion-MNIST in ", mo.data_dir,
+                   ": install it (apt-get install dataset-fashion-mnist) and run "
+                   "scripts/fetch_mnist.sh to link it there, or pass --data-dir");
   }
-  const lamina::mnist::Model m = lamina::mnist::load_model(o.model, o.model_options);
-  const int epochs = o.model_options.epochs;
+  if (mo.models_dir.empty()) mo.models_dir = root + "/models/mnist";
+  if (mo.data_dir.empty()) mo.data_dir = root + "/data/mnist";
+
+  const lamina::mnist::Model m = lamina::mnist::load_model(model_file(o.model), mo);
+  const int epochs = mo.epochs;
   const int batch = m.batch_size;
   const int iters_per_epoch = m.iters_per_epoch;
 
@@ -42,9 +66,11 @@ int run(const Options& o) {
     backend = std::make_unique<lamina::NativeBackend>();
   }
   lamina::Solver trainer(m.solver, m.net, *backend, m.net_path);
-  std::printf("mnist %s on %s: batch %d, lr %g, momentum %g, %d epochs of %d iterations\n",
-              o.model.c_str(), backend->name().c_str(), batch, m.solver.base_lr(),
-              m.solver.momentum(), epochs, iters_per_epoch);
+  std::printf("%s %s on %s: batch %d, lr %g (%s), momentum %g, weight decay %g, "
+              "%d epochs of %d iterations\n",
+              o.dataset.c_str(), o.model.c_str(), backend->name().c_str(), batch,
+              m.solver.base_lr(), m.solver.lr_policy().c_str(), m.solver.momentum(),
+              m.solver.weight_decay(), epochs, iters_per_epoch);
 
   float accuracy = 0;
   for (int epoch = 1; epoch <= epochs; ++epoch) {
@@ -58,7 +84,8 @@ int run(const Options& o) {
                 epoch, loss, 100 * accuracy, iters_per_epoch * double(batch) / seconds, seconds);
     std::fflush(stdout);
   }
-  std::printf("final test accuracy: %.2f%% after %d epochs\n", 100 * accuracy, epochs);
+  std::printf("final test accuracy: %.2f%% after %d epochs (%d iterations)\n", 100 * accuracy,
+              epochs, trainer.iter());
   return 0;
 }
 
@@ -70,21 +97,33 @@ int main(int argc, char** argv) {
   FLAGS_minloglevel = 1;  // this program prints its own progress
 
   Options o;
-  o.model_options.epochs = 15;
+  o.model_options.epochs = 0;  // the model's default
+  o.model_options.models_dir.clear();  // set by --dataset
+  o.model_options.data_dir.clear();
   CLI::App app{"Train Lamina's MNIST models"};
-  app.add_option("model", o.model, "Which model: mlp, linear or conv")
+  app.add_option("model", o.model,
+                 "Which model: mlp (784-512-512-10), linear, or conv (Caffe's LeNet: conv 20 5x5, "
+                 "max pool, conv 50 5x5, max pool, 500, ReLU, 10)")
       ->required()
       ->check(CLI::IsMember({"mlp", "linear", "conv"}));
+  app.add_option("--dataset", o.dataset, "mnist, or fashion (Fashion-MNIST, data/fashion-mnist)")
+      ->check(CLI::IsMember({"mnist", "fashion"}))
+      ->capture_default_str();
   app.add_option("--batch-size", o.model_options.batch_size, "Training batch size (default: the prototxt's)");
   app.add_option("--momentum", o.model_options.momentum, "SGD momentum (default: the solver's)");
   app.add_option("--learning-rate", o.model_options.learning_rate, "Base learning rate (default: the solver's)");
-  app.add_option("--epochs", o.model_options.epochs, "Epochs to train")->capture_default_str();
+  app.add_option("--epochs", o.model_options.epochs,
+                 "Epochs of 60000 / batch iterations (937 at batch 64) to train (default: 11 "
+                 "for conv, about Caffe's 10,000 LeNet iterations; 15 for mlp and linear)")
+      ->check(CLI::Range(1, 100000));
   app.add_option("--seed", o.model_options.seed, "Random seed (default: the solver's)");
   app.add_option("--gpu", o.gpu, "GPU device to train on (default: the CPU)");
-  app.add_option("--data-dir", o.model_options.data_dir, "Directory holding the MNIST IDX files")
-      ->capture_default_str();
-  app.add_option("--models-dir", o.model_options.models_dir, "Directory holding the model prototxt files")
-      ->capture_default_str();
+  app.add_option("--data-dir", o.model_options.data_dir,
+                 "Directory holding the IDX files, plain or .gz (default: data/mnist, or "
+                 "data/fashion-mnist with --dataset fashion)");
+  app.add_option("--models-dir", o.model_options.models_dir,
+                 "Directory holding the model prototxt files (default: models/mnist, or "
+                 "models/fashion_mnist for conv with --dataset fashion)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);

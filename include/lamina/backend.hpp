@@ -50,6 +50,42 @@ struct UpdateArgs {
   int64_t step = 1;          // 1-based update count (Adam's bias correction)
 };
 
+// A 2-D convolution, NCHW. x (n, c, h, w); weight (k, c / groups, kh, kw); bias (k);
+// y (n, k, out_h, out_w), out = (in + 2 pad - (dilation (kernel - 1) + 1)) / stride + 1.
+struct ConvGeometry {
+  int64_t n, c, h, w;
+  int64_t k, kh, kw;
+  int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  int64_t groups;
+  int64_t out_h, out_w;
+};
+
+enum class PoolMethod { kMax, kAverage };
+
+// 2-D pooling, NCHW: x (n, c, h, w) -> y (n, c, out_h, out_w); the caller chooses out_h/out_w
+// (Caffe rounds up). Window (oh, ow) covers rows [oh stride_h - pad_h, + kh) and columns
+// likewise, clipped to the input. Average divides by the window's size clipped to the
+// padded input [-pad, in + pad), as Caffe does.
+struct PoolGeometry {
+  int64_t n, c, h, w;
+  int64_t kh, kw, stride_h, stride_w, pad_h, pad_w;
+  int64_t out_h, out_w;
+};
+
+// Operations a layer may need beyond the core set; the net asks supports() when it is built.
+enum class Operation { kConvolution, kPooling, kBatchNorm, kChannelAffine, kEltwiseMax };
+
+inline const char* operation_name(Operation op) {
+  switch (op) {
+    case Operation::kConvolution: return "convolution";
+    case Operation::kPooling: return "pooling";
+    case Operation::kBatchNorm: return "batch normalisation";
+    case Operation::kChannelAffine: return "per-channel affine";
+    case Operation::kEltwiseMax: return "element-wise max";
+  }
+  return "unknown";
+}
+
 // Host/device copies made by a backend; a steady-state training iteration makes none.
 struct TransferStats {
   int64_t to_host = 0;
@@ -141,6 +177,59 @@ class Backend {
   virtual void gather_rows(int64_t rows, int64_t cols, const uint8_t* src,
                            const int32_t* order, int64_t order_len, int64_t start, float scale,
                            float* dst) = 0;
+
+  // ---- convolutional networks ----
+  // Arrays viewed as (outer, channels, inner) are per-channel along the middle axis.
+  // y = conv(x, weight) + bias (bias may be null). Written with =.
+  virtual void conv_forward(const ConvGeometry& g, const float* x, const float* weight,
+                            const float* bias, float* y) = 0;
+  // dx = the gradient w.r.t. x, written with =.
+  virtual void conv_backward_data(const ConvGeometry& g, const float* weight, const float* dy,
+                                  float* dx) = 0;
+  // dweight += the gradient w.r.t. weight; dbias += the sum of dy per output channel (dbias
+  // may be null).
+  virtual void conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
+                                    float* dweight, float* dbias) = 0;
+  // Max: y = the window's maximum (the first one in row-major order on ties), mask = its
+  // index h * w + col within the input plane. Average: mask is unused (may be null).
+  virtual void pool_forward(PoolMethod method, const PoolGeometry& g, const float* x, float* y,
+                            int32_t* mask) = 0;
+  // dx = the gradient w.r.t. x, written with =: max routes dy to the arg-max, average
+  // spreads it over the window.
+  virtual void pool_backward(PoolMethod method, const PoolGeometry& g, const float* dy,
+                             const int32_t* mask, float* dx) = 0;
+  // Batch statistics of x (outer, channels, inner): mean[c], and var[c] = the biased
+  // variance (divided by outer * inner), both accumulated in double.
+  virtual void channel_moments(int64_t outer, int64_t channels, int64_t inner, const float* x,
+                               float* mean, float* var) = 0;
+  // y = (x - mean[c]) * inv_std[c] with inv_std[c] = 1 / sqrt(var[c] + eps), also written.
+  virtual void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
+                                  const float* x, const float* mean, const float* var,
+                                  float* y, float* inv_std) = 0;
+  // Through batch statistics: with y the normalised output and m = outer * inner,
+  // dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)).
+  virtual void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,
+                                   const float* y, const float* dy, const float* inv_std,
+                                   float* dx) = 0;
+  // y = x * scale[c] + bias[c]; a null scale means 1, a null bias 0. Works in place.
+  virtual void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,
+                              const float* scale, const float* bias, float* y) = 0;
+  // out[c] += sum over outer and inner of a * b (b null: of a). Scale and bias gradients.
+  virtual void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
+                              const float* b, float* out) = 0;
+  // Row r of dst (rows, cols) at dst + r * dst_stride = row r of src at src + r * src_stride;
+  // with accumulate, dst += src. Concat's forward, and with the roles swapped its backward.
+  virtual void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
+                         float* dst, int64_t dst_stride, bool accumulate) = 0;
+  // Eltwise max over several inputs, one at a time: for input index > 0, where x > y,
+  // y = x and mask = index (index 0: y = x, mask = 0).
+  virtual void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
+                                   int32_t* mask) = 0;
+  // dx = mask == index ? dy : 0.
+  virtual void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
+                                    float* dx) = 0;
+  // Whether this backend implements an optional operation; the net asks when it is built.
+  virtual bool supports(Operation) const { return true; }
 
   // ---- solver ----
   // One fused pass over the parameter arena: regularisation, lr_mult/decay_mult per segment,

@@ -31,6 +31,9 @@ struct CudaDiagnostics {
   int64_t dnn_handles_created = 0;
   int64_t workspace_bytes = 0;       // device scratch memory held by all contexts
   int64_t staging_bytes = 0;         // pinned host memory used to stage copy_from_host
+  int64_t conv_algorithm_searches = 0;  // convolution geometries whose cuDNN algorithms were
+                                        // chosen: once per geometry and device, at its
+                                        // first convolution call
 };
 CudaDiagnostics cuda_diagnostics();
 

@@ -58,6 +58,8 @@ class Layer {
   // rejects any other *_param set on the layer, so no setting is silently ignored. Layers
   // defined outside Lamina read custom_param, the default.
   virtual std::vector<std::string> parameter_messages() const { return {"custom_param"}; }
+  // The optional backend operations the layer uses; the net checks them when it is built.
+  virtual std::vector<Operation> operations() const { return {}; }
   // Whether bottom i takes gradients at all (labels do not).
   virtual bool accepts_gradient(int /*bottom_index*/) const { return true; }
 

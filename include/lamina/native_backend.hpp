@@ -60,6 +60,34 @@ class NativeBackend final : public Backend {
   void gather_rows(int64_t rows, int64_t cols, const uint8_t* src, const int32_t* order,
                    int64_t order_len, int64_t start, float scale, float* dst) override;
 
+  void conv_forward(const ConvGeometry& g, const float* x, const float* weight, const float* bias,
+                    float* y) override;
+  void conv_backward_data(const ConvGeometry& g, const float* weight, const float* dy,
+                          float* dx) override;
+  void conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
+                            float* dweight, float* dbias) override;
+  void pool_forward(PoolMethod method, const PoolGeometry& g, const float* x, float* y,
+                    int32_t* mask) override;
+  void pool_backward(PoolMethod method, const PoolGeometry& g, const float* dy,
+                     const int32_t* mask, float* dx) override;
+  void channel_moments(int64_t outer, int64_t channels, int64_t inner, const float* x,
+                       float* mean, float* var) override;
+  void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
+                          const float* x, const float* mean, const float* var, float* y,
+                          float* inv_std) override;
+  void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner, const float* y,
+                           const float* dy, const float* inv_std, float* dx) override;
+  void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,
+                      const float* scale, const float* bias, float* y) override;
+  void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
+                      const float* b, float* out) override;
+  void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
+                 int64_t dst_stride, bool accumulate) override;
+  void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
+                           int32_t* mask) override;
+  void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
+                            float* dx) override;
+
   void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
               int num_segments, float* weights, const float* grads, float* history,
               float* history2) override;

@@ -107,6 +107,7 @@ class Net {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<LayerIO> io_;
   std::vector<bool> needs_backward_;
+  std::vector<bool> learnable_;  // per layer: some parameter has lr_mult != 0
   std::vector<std::vector<bool>> propagate_;  // per layer, per bottom
   std::vector<std::unique_ptr<Tensor>> blobs_;
   std::map<std::string, int> blob_index_;

@@ -128,6 +128,10 @@ void Net::build(const NetParameter& param, uint64_t seed, const Net* share_with,
       layers.push_back(LayerRegistry::create(f.param, context));
       Layer& layer = *layers.back();
       check_parameter_messages(f.param, layer.parameter_messages());
+      for (Operation op : layer.operations())
+        LAMINA_REQUIRE(backend_.supports(op), "layer '", f.param.name(), "' (", f.param.type(),
+                       ") needs ", operation_name(op), ", which the ", backend_.name(),
+                       " backend does not implement");
       std::vector<std::string> b(f.param.bottom().begin(), f.param.bottom().end());
       std::vector<std::string> t(f.param.top().begin(), f.param.top().end());
       if (b.empty() && layer.min_bottoms() > 0) {
@@ -305,10 +309,13 @@ void Net::build(const NetParameter& param, uint64_t seed, const Net* share_with,
   needs_backward_.assign(layers_.size(), false);
   propagate_.resize(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const LayerParameter& p = flat[i].param;
+    // The layer's own copy: a layer may add param { } blocks itself (BatchNorm freezes its
+    // statistics with lr_mult 0, as Caffe does).
+    const LayerParameter& p = layers_[i]->param();
     bool learnable = false;
     for (size_t k = 0; k < layers_[i]->params().size(); ++k)
       learnable = learnable || (int(k) >= p.param_size() || p.param(k).lr_mult() != 0);
+    learnable_.push_back(learnable);
     bool input_grad = false;
     propagate_[i].assign(io_[i].bottoms.size(), false);
     for (size_t j = 0; j < io_[i].bottoms.size(); ++j) {
@@ -436,11 +443,7 @@ void Net::backward_layer(int i) {
   // Parameters first: an in-place layer's backward_input overwrites the top diff. A frozen
   // layer (every parameter at lr_mult 0) computes no parameter gradients: they would cost a
   // gemm and count in the clipping norm, as they do not in Caffe or PyTorch.
-  const LayerParameter& p = layers_[i]->param();
-  bool learnable = false;
-  for (size_t k = 0; k < layers_[i]->params().size(); ++k)
-    learnable = learnable || int(k) >= p.param_size() || p.param(k).lr_mult() != 0;
-  if (learnable) layers_[i]->backward_params(top, bottom);
+  if (learnable_[i]) layers_[i]->backward_params(top, bottom);
   if (std::find(propagate_[i].begin(), propagate_[i].end(), true) != propagate_[i].end())
     layers_[i]->backward_input(top, propagate_[i], bottom);
 }

@@ -17,6 +17,13 @@ void register_dropout_layer();         // Dropout
 void register_split_layer();           // Split
 void register_input_layer();           // Input
 void register_mnist_data_layer();      // MnistData
+void register_convolution_layer();     // Convolution
+void register_pooling_layer();         // Pooling
+void register_batch_norm_layer();      // BatchNorm
+void register_scale_layer();           // Scale
+void register_bias_layer();            // Bias
+void register_concat_layer();          // Concat
+void register_eltwise_layer();         // Eltwise
 
 void register_builtin_layers() {
   register_linear_layer();
@@ -32,6 +39,13 @@ void register_builtin_layers() {
   register_split_layer();
   register_input_layer();
   register_mnist_data_layer();
+  register_convolution_layer();
+  register_pooling_layer();
+  register_batch_norm_layer();
+  register_scale_layer();
+  register_bias_layer();
+  register_concat_layer();
+  register_eltwise_layer();
 }
 
 }  // namespace lamina

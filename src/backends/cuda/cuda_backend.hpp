@@ -6,10 +6,20 @@
 //   blas_kernels.cu      fill, mul, axpby
 //   activation_kernels.cu, softmax_kernels.cu, loss_kernels.cu (cross-entropy, NLL,
 //   euclidean, accuracy), data_kernels.cu (dropout, gather_rows), update_kernel.cu
+//   cudnn.cpp            everything cuDNN (the one file that includes cudnn.h): the handle,
+//                        and convolution, with its plans (descriptors, algorithms) cached
+//                        per geometry in the context
+//   conv_kernels.cu      convolution by im2col + cuBLAS, for builds without cuDNN and
+//                        geometries cuDNN cannot take
+//   pooling_kernels.cu, channel_kernels.cu (batch norm, per-channel affine and sums),
+//   eltwise_kernels.cu (copy_rows, eltwise max)
 // Conventions: every launch is checked (LAMINA_CUDA_LAUNCHED); scalars produced on the
 // device (loss, norm, accuracy) stay there; reductions to a scalar use a fixed order (block
 // tree reductions, then one block over the partial results), so they are bit-identical run
-// to run; sums of losses are accumulated in double like the Native backend's.
+// to run; sums of losses are accumulated in double like the Native backend's. Nothing uses
+// float atomics: pooling's backward gathers over the windows that cover an input element,
+// per-channel sums take one block per channel, and convolution uses deterministic cuDNN
+// algorithms, so every result is bit-identical run to run.
 #pragma once
 
 #include <string>
@@ -80,11 +90,51 @@ class CudaBackend final : public Backend {
   void gather_rows(int64_t rows, int64_t cols, const uint8_t* src, const int32_t* order,
                    int64_t order_len, int64_t start, float scale, float* dst) override;
 
+  void conv_forward(const ConvGeometry& g, const float* x, const float* weight, const float* bias,
+                    float* y) override;
+  void conv_backward_data(const ConvGeometry& g, const float* weight, const float* dy,
+                          float* dx) override;
+  void conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
+                            float* dweight, float* dbias) override;
+  void pool_forward(PoolMethod method, const PoolGeometry& g, const float* x, float* y,
+                    int32_t* mask) override;
+  void pool_backward(PoolMethod method, const PoolGeometry& g, const float* dy,
+                     const int32_t* mask, float* dx) override;
+  void channel_moments(int64_t outer, int64_t channels, int64_t inner, const float* x,
+                       float* mean, float* var) override;
+  void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
+                          const float* x, const float* mean, const float* var, float* y,
+                          float* inv_std) override;
+  void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner, const float* y,
+                           const float* dy, const float* inv_std, float* dx) override;
+  void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,
+                      const float* scale, const float* bias, float* y) override;
+  void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
+                      const float* b, float* out) override;
+  void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
+                 int64_t dst_stride, bool accumulate) override;
+  void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
+                           int32_t* mask) override;
+  void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
+                            float* dx) override;
+  // Every optional operation: convolution runs through cuDNN, or im2col + cuBLAS without it.
+  bool supports(Operation) const override { return true; }
+
   void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
               int num_segments, float* weights, const float* grads, float* history,
               float* history2) override;
 
  private:
+  // Convolution by im2col + cuBLAS (conv_kernels.cu), one image at a time with the column
+  // matrix in the context's workspace; no bias (the callers add it). Same conventions as
+  // the conv_* operations: y and dx written with =, dweight accumulated with +=.
+  void im2col_conv_forward(const ConvGeometry& g, const float* x, const float* weight,
+                           float* y);
+  void im2col_conv_backward_data(const ConvGeometry& g, const float* weight, const float* dy,
+                                 float* dx);
+  void im2col_conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
+                                   float* dweight);
+
   // Makes the device current on this thread and returns the stream every operation uses.
   cudaStream_t on_device() const {
     context_.make_current();

@@ -23,6 +23,7 @@ std::atomic<int64_t> g_blas_handles{0};
 std::atomic<int64_t> g_dnn_handles{0};
 std::atomic<int64_t> g_workspace_bytes{0};
 std::atomic<int64_t> g_staging_bytes{0};
+std::atomic<int64_t> g_conv_algorithm_searches{0};
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
@@ -204,6 +205,8 @@ void CudaContext::upload(size_t bytes, const void* host_src, void* dst) {
   slot.pending = true;
 }
 
+void count_conv_algorithm_search() { ++g_conv_algorithm_searches; }
+
 }  // namespace cuda_detail
 
 CudaDiagnostics cuda_diagnostics() {
@@ -215,6 +218,7 @@ CudaDiagnostics cuda_diagnostics() {
   d.dnn_handles_created = g_dnn_handles.load();
   d.workspace_bytes = g_workspace_bytes.load();
   d.staging_bytes = g_staging_bytes.load();
+  d.conv_algorithm_searches = g_conv_algorithm_searches.load();
   return d;
 }
 

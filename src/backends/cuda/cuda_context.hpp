@@ -8,7 +8,10 @@
 //   - the cuBLAS handle, bound to that stream (default math mode: no TF32, so results match
 //     the CPU),
 //   - the cuDNN handle, created on first use by a layer that needs it (builds with cuDNN),
-//   - a growable device workspace for scratch results inside one operation,
+//   - a growable device workspace for scratch results inside one operation (cuDNN's
+//     convolution workspace included: one buffer for the whole net),
+//   - the convolution plans: cuDNN descriptors and the algorithms chosen for each
+//     convolution geometry, searched once per geometry (cudnn.cpp),
 //   - pinned staging buffers that let copy_from_host return without waiting for the device.
 // Like the stream it owns, a context serves one host thread at a time.
 #pragma once
@@ -21,9 +24,11 @@
 #include <mutex>
 #include <string>
 
-struct cudnnContext;  // cudnnHandle_t is cudnnContext*; cudnn.h stays in cudnn_handle.cpp
+struct cudnnContext;  // cudnnHandle_t is cudnnContext*; cudnn.h stays in cudnn.cpp
 
 namespace lamina::cuda_detail {
+
+struct ConvPlans;  // defined in cudnn.cpp
 
 class CudaContext {
  public:
@@ -47,6 +52,11 @@ class CudaContext {
   // At least bytes of device scratch memory, valid until the next call. Operations on the
   // stream use it one after another, so one buffer serves them all; it grows, never shrinks.
   void* workspace(size_t bytes);
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+  // The convolution plans of this device (cuDNN descriptors and chosen algorithms by
+  // ConvGeometry), created on the first call; defined in cudnn.cpp.
+  ConvPlans& conv_plans();
 
   // Copies bytes from host_src to device memory dst on the stream. host_src may be freed as
   // soon as this returns: small copies go through pinned staging buffers (no wait for the
@@ -76,14 +86,19 @@ class CudaContext {
   cublasHandle_t blas_ = nullptr;
   std::once_flag dnn_once_;
   cudnnContext* dnn_ = nullptr;
+  std::once_flag conv_plans_once_;
+  ConvPlans* conv_plans_ = nullptr;  // owned; lives as long as the context (the process)
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::array<StagingSlot, kStagingSlots> staging_{};
   int next_slot_ = 0;
 };
 
-// Implemented in cudnn_handle.cpp, the one file that includes cudnn.h.
+// Implemented in cudnn.cpp, the one file that includes cudnn.h.
 cudnnContext* create_dnn_handle(cudaStream_t stream);  // throws without cuDNN
 std::string dnn_version_string();  // "9.1.0 (compiled against 9.1.0)" or "not built with cuDNN"
+
+// Counts one convolution algorithm search in cuda_diagnostics() (cudnn.cpp calls it).
+void count_conv_algorithm_search();
 
 }  // namespace lamina::cuda_detail

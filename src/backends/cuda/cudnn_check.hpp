@@ -1,4 +1,5 @@
-// Status check for cuDNN calls; include only from the cuDNN translation units.
+// Status check for cuDNN calls; include only from cudnn.cpp, the one file that includes
+// cudnn.h.
 #pragma once
 
 #include <cudnn.h>

@@ -27,65 +27,19 @@
 
 #include "lamina/common.hpp"
 #include "lamina/counter_rng.hpp"
-#include "thread_pool.hpp"
+#include "parallel.hpp"
 
 namespace lamina {
 namespace {
 
 constexpr size_t kAlignment = 64;
-// Below this many elements a loop runs on the calling thread: waking the pool's workers
-// costs more than the loop.
-constexpr int64_t kParallelMin = int64_t{1} << 15;
-// OpenBLAS's level-1 routines take blasint sizes; longer arrays are processed in chunks.
-constexpr int64_t kBlasChunk = std::numeric_limits<blasint>::max();
 
-// Runs f(i) for i in [0, n), on all threads when n is large.
-template <class F>
-void parallel_for(int64_t n, F f) {
-  if (n <= kParallelMin) {
-    for (int64_t i = 0; i < n; ++i) f(i);
-    return;
-  }
-  ThreadPool::instance().run(n, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) f(i);
-  });
-}
-
-// Runs f(begin, end) over contiguous ranges of [0, n), on all threads when n is large. For
-// loops that must vectorise: write them over the range with `#pragma GCC ivdep` (in-place
-// calls alias only element for element, which ivdep allows).
-template <class F>
-void parallel_ranges(int64_t n, F f) {
-  if (n <= kParallelMin) return f(int64_t{0}, n);
-  ThreadPool::instance().run(n, [&](int64_t begin, int64_t end) { f(begin, end); });
-}
-
-// Runs f(r) for every row r of a (rows, cols) array, on all threads when it is large.
-template <class F>
-void parallel_rows(int64_t rows, int64_t cols, F f) {
-  if (rows <= 1 || rows * cols <= kParallelMin) {
-    for (int64_t r = 0; r < rows; ++r) f(r);
-    return;
-  }
-  ThreadPool::instance().run(rows, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) f(r);
-  });
-}
-
-// Calls f(start, length) over [0, n) in pieces a blasint can hold.
-template <class F>
-void in_blas_chunks(int64_t n, F f) {
-  for (int64_t start = 0; start < n; start += kBlasChunk) {
-    f(start, static_cast<blasint>(std::min(kBlasChunk, n - start)));
-  }
-}
-
-blasint blas_size(int64_t value, const char* what) {
-  LAMINA_REQUIRE(value >= 0 && value <= std::numeric_limits<blasint>::max(), "NativeBackend: ",
-                 what, " = ", value, " does not fit OpenBLAS's ", sizeof(blasint) * 8,
-                 "-bit integer; split the operation or use an ILP64 OpenBLAS");
-  return static_cast<blasint>(value);
-}
+// Loop helpers shared with the other files of this backend (parallel.hpp).
+using native::blas_size;
+using native::in_blas_chunks;
+using native::parallel_for;
+using native::parallel_ranges;
+using native::parallel_rows;
 
 CBLAS_TRANSPOSE cblas_transpose(Transpose t) {
   return t == Transpose::kNo ? CblasNoTrans : CblasTrans;

@@ -1,0 +1,118 @@
+// LeNet (Caffe's MNIST net, models/mnist/lenet_*.prototxt) training throughput, and how much
+// of it the convolutions take.
+//
+// For each batch size it times whole epochs of training (forward, backward, fused update;
+// 60000 / batch full batches) and reports the median. Then, as `lamina time` does, it runs
+// the training net layer by layer with a synchronize after each layer and reports the
+// Convolution layers' forward + backward time against all layers' (the convolutions' share
+// of an iteration), with the rate the convolutions reach in GFLOP/s.
+//   lenet_bench [--batch-sizes 64,256] [--epochs 3] [--gpu N]
+#include <CLI/CLI.hpp>
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "bench_util.hpp"
+
+namespace {
+
+using lamina::bench::Clock;
+using lamina::bench::seconds_since;
+
+// Multiply-add FLOPs of LeNet's two convolutions in one training iteration at batch n:
+// forward and the filter gradient for both, the input gradient for conv2 only (the data
+// needs none). One pass of a convolution is 2 n k c kh kw out_h out_w.
+double conv_flops(int n) {
+  const double conv1 = 2.0 * n * 20 * 1 * 5 * 5 * 24 * 24;   // (n,1,28,28) -> (n,20,24,24)
+  const double conv2 = 2.0 * n * 50 * 20 * 5 * 5 * 8 * 8;    // (n,20,12,12) -> (n,50,8,8)
+  return 2 * conv1 + 3 * conv2;
+}
+
+struct LayerTimes {
+  double conv_ms = 0;    // Convolution layers, forward + backward, per iteration
+  double layers_ms = 0;  // every layer, forward + backward, per iteration
+};
+
+// Per-layer forward and backward times, synchronizing after each layer (lamina time's method).
+LayerTimes time_layers(lamina::Net& net, lamina::Backend& backend, int iterations) {
+  LayerTimes t;
+  const int n = net.num_layers();
+  for (int it = 0; it < iterations; ++it) {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int k = 0; k < n; ++k) {
+        const int i = pass == 0 ? k : n - 1 - k;  // forward in order, backward in reverse
+        const auto start = Clock::now();
+        if (pass == 0) {
+          net.forward_layer(i);
+        } else {
+          net.backward_layer(i);
+        }
+        backend.synchronize();
+        const double ms = 1e3 * seconds_since(start);
+        t.layers_ms += ms;
+        if (net.layer(i).type() == "Convolution") t.conv_ms += ms;
+      }
+    }
+    net.zero_param_diffs();
+  }
+  t.conv_ms /= iterations;
+  t.layers_ms /= iterations;
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  FLAGS_minloglevel = 1;
+
+  std::vector<int> batch_sizes = {64, 256};
+  int gpu = -1;
+  int repeats = 3;
+  int layer_iterations = 20;
+  lamina::mnist::ModelOptions options;
+  CLI::App app{"LeNet epoch time, and the convolutions' share of it"};
+  app.add_option("--batch-sizes", batch_sizes, "Batch sizes to time")->delimiter(',');
+  app.add_option("--gpu", gpu, "Time on this GPU (default: the CPU)");
+  app.add_option("--epochs", repeats, "Epochs timed per batch size; the median is reported")
+      ->capture_default_str();
+  app.add_option("--layer-iterations", layer_iterations,
+                 "Iterations timed layer by layer for the convolutions' share")
+      ->capture_default_str();
+  app.add_option("--data-dir", options.data_dir, "Directory holding the MNIST IDX files");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    LAMINA_REQUIRE(repeats > 0 && layer_iterations > 0,
+                   "--epochs and --layer-iterations must be > 0");
+    std::unique_ptr<lamina::Backend> backend = lamina::bench::make_backend(gpu);
+    std::printf("LeNet (conv 20 5x5, pool, conv 50 5x5, pool, 500, ReLU, 10) on %s\n",
+                backend->name().c_str());
+    std::printf("%6s %8s %10s %12s %10s %10s %10s %11s %10s\n", "batch", "iters", "epoch_s",
+                "samples/s", "iter_ms", "conv_ms", "layers_ms", "conv_share", "conv_GF/s");
+    for (int batch : batch_sizes) {
+      lamina::bench::EpochTiming timing =
+          lamina::bench::time_epochs("lenet", batch, repeats, options, *backend);
+      const lamina::mnist::Model& m = timing.model;
+      lamina::Solver& solver = *timing.solver;
+      const double epoch = timing.epoch_seconds;
+
+      const LayerTimes t = time_layers(solver.net(), *backend, layer_iterations);
+      std::printf("%6d %8d %10.3f %12.0f %10.3f %10.3f %10.3f %10.1f%% %10.1f\n", batch,
+                  m.iters_per_epoch, epoch, m.iters_per_epoch * double(batch) / epoch,
+                  1e3 * epoch / m.iters_per_epoch, t.conv_ms, t.layers_ms,
+                  100 * t.conv_ms / t.layers_ms, conv_flops(batch) / (1e6 * t.conv_ms));
+      std::fflush(stdout);
+    }
+    std::printf("conv_share = Convolution layers' forward + backward / all layers' (timed layer "
+                "by layer, synchronized); iter_ms = epoch_s / iters (update included)\n");
+  } catch (const lamina::Error& e) {
+    std::fprintf(stderr, "lenet_bench: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,171 @@
+// Convolution by im2col + cuBLAS: the CUDA backend's convolution in builds without cuDNN,
+// and for geometries cuDNN cannot take (sizes past its 32-bit dimensions, or no supported
+// algorithm). cudnn.cpp decides which path a geometry takes.
+//
+// The same scheme as the Native backend (and Caffe): per image, the column matrix
+// col (c kh kw, out_h out_w) holds in row (ci, ki, kj) the input pixel each output position
+// sees through kernel tap (ki, kj), 0 in the padding. With cg = c / groups, kg = k / groups
+// and group_rows = cg kh kw, per group g
+//   y_g (kg, out)            = W_g (kg, group_rows) col_g (group_rows, out)
+//   dcol_g (group_rows, out) = W_g^T dy_g;  dx = col2im(dcol)
+//   dW_g (kg, group_rows)   += dy_g col_g^T
+// The groups of one image are one strided-batched sgemm. col2im gathers: one thread per
+// input element sums the taps that read it, in the Native backend's order (no atomics).
+// The column matrix lives in the context's workspace.
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/kernel_util.cuh"
+
+namespace lamina::cuda_detail {
+namespace {
+
+// The geometry's sizes as a kernel needs them.
+struct ConvShape {
+  int64_t c, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  int64_t out_h, out_w;
+};
+
+ConvShape conv_shape(const ConvGeometry& g) {
+  return {g.c,        g.h,        g.w,          g.kh,         g.kw,    g.stride_h, g.stride_w,
+          g.pad_h,    g.pad_w,    g.dilation_h, g.dilation_w, g.out_h, g.out_w};
+}
+
+// x (c, h, w) of one image -> col (c kh kw, out_h out_w).
+__global__ void im2col_kernel(ConvShape s, const float* x, float* col) {
+  const int64_t out_plane = s.out_h * s.out_w;
+  const int64_t kernel = s.kh * s.kw;
+  LAMINA_GRID_STRIDE_LOOP(i, s.c * kernel * out_plane) {
+    const int64_t row = i / out_plane, p = i - row * out_plane;
+    const int64_t ch = row / kernel, tap = row - ch * kernel;
+    const int64_t ki = tap / s.kw, kj = tap - ki * s.kw;
+    const int64_t oh = p / s.out_w, ow = p - oh * s.out_w;
+    const int64_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
+    const int64_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+    col[i] = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w ? x[(ch * s.h + ih) * s.w + iw] : 0.0f;
+  }
+}
+
+// dcol (c kh kw, out_h out_w) of one image -> dx (c, h, w) = the sum of the taps that read
+// each input element, taken in (ki, kj) order as the Native backend adds them.
+__global__ void col2im_kernel(ConvShape s, const float* dcol, float* dx) {
+  const int64_t out_plane = s.out_h * s.out_w;
+  LAMINA_GRID_STRIDE_LOOP(i, s.c * s.h * s.w) {
+    const int64_t ch = i / (s.h * s.w), pixel = i - ch * s.h * s.w;
+    const int64_t ih = pixel / s.w, iw = pixel - ih * s.w;
+    float sum = 0.0f;
+    for (int64_t ki = 0; ki < s.kh; ++ki) {
+      const int64_t h_off = ih + s.pad_h - ki * s.dilation_h;  // oh stride_h, if a tap reads it
+      if (h_off < 0) break;  // decreases with ki
+      if (h_off % s.stride_h != 0) continue;
+      const int64_t oh = h_off / s.stride_h;
+      if (oh >= s.out_h) continue;
+      for (int64_t kj = 0; kj < s.kw; ++kj) {
+        const int64_t w_off = iw + s.pad_w - kj * s.dilation_w;
+        if (w_off < 0) break;
+        if (w_off % s.stride_w != 0) continue;
+        const int64_t ow = w_off / s.stride_w;
+        if (ow >= s.out_w) continue;
+        sum += dcol[((ch * s.kh + ki) * s.kw + kj) * out_plane + oh * s.out_w + ow];
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
+cublasOperation_t blas_op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// Row-major C_i (m, n) = alpha op(A_i) op(B_i) + beta C_i for i < batch, the matrices of
+// each operand strided in memory (cuBLAS is column-major: C^T = op(B)^T op(A)^T).
+void strided_gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const float* a, int64_t lda, int64_t stride_a,
+                  const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
+                  int64_t ldc, int64_t stride_c, int64_t batch) {
+  LAMINA_CUBLAS_CHECK(cublasSgemmStridedBatched_64(handle, blas_op(trans_b), blas_op(trans_a),
+                                                   n, m, k, &alpha, b, ldb, stride_b, a, lda,
+                                                   stride_a, &beta, c, ldc, stride_c, batch));
+}
+
+// Sizes derived from a geometry.
+struct Im2colDims {
+  int64_t kg, group_rows, in_image, out_plane, out_image, col_floats;
+  bool pointwise;  // 1x1, stride 1, no padding: an image is its own column matrix
+};
+
+Im2colDims im2col_dims(const ConvGeometry& g) {
+  Im2colDims d;
+  d.kg = g.k / g.groups;
+  d.group_rows = g.c / g.groups * g.kh * g.kw;
+  d.in_image = g.c * g.h * g.w;
+  d.out_plane = g.out_h * g.out_w;
+  d.out_image = g.k * d.out_plane;
+  d.col_floats = g.c * g.kh * g.kw * d.out_plane;
+  d.pointwise = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
+                g.pad_w == 0 && g.out_h == g.h && g.out_w == g.w;
+  return d;
+}
+
+}  // namespace
+
+void CudaBackend::im2col_conv_forward(const ConvGeometry& g, const float* x,
+                                      const float* weight, float* y) {
+  const cudaStream_t s = on_device();
+  const Im2colDims d = im2col_dims(g);
+  const ConvShape shape = conv_shape(g);
+  for (int64_t i = 0; i < g.n; ++i) {
+    const float* col = x + i * d.in_image;
+    if (!d.pointwise) {
+      float* scratch = static_cast<float*>(context_.workspace(sizeof(float) * d.col_floats));
+      im2col_kernel<<<elementwise_grid(d.col_floats), kBlock, 0, s>>>(shape, x + i * d.in_image,
+                                                                       scratch);
+      LAMINA_CUDA_LAUNCHED(im2col_kernel);
+      col = scratch;
+    }
+    strided_gemm(context_.blas(), false, false, d.kg, d.out_plane, d.group_rows, 1.0f, weight,
+                 d.group_rows, d.kg * d.group_rows, col, d.out_plane,
+                 d.group_rows * d.out_plane, 0.0f, y + i * d.out_image, d.out_plane,
+                 d.kg * d.out_plane, g.groups);
+  }
+}
+
+void CudaBackend::im2col_conv_backward_data(const ConvGeometry& g, const float* weight,
+                                            const float* dy, float* dx) {
+  const cudaStream_t s = on_device();
+  const Im2colDims d = im2col_dims(g);
+  const ConvShape shape = conv_shape(g);
+  for (int64_t i = 0; i < g.n; ++i) {
+    float* dcol = d.pointwise
+                      ? dx + i * d.in_image
+                      : static_cast<float*>(context_.workspace(sizeof(float) * d.col_floats));
+    strided_gemm(context_.blas(), true, false, d.group_rows, d.out_plane, d.kg, 1.0f, weight,
+                 d.group_rows, d.kg * d.group_rows, dy + i * d.out_image, d.out_plane,
+                 d.kg * d.out_plane, 0.0f, dcol, d.out_plane, d.group_rows * d.out_plane,
+                 g.groups);
+    if (d.pointwise) continue;
+    col2im_kernel<<<elementwise_grid(d.in_image), kBlock, 0, s>>>(shape, dcol,
+                                                                  dx + i * d.in_image);
+    LAMINA_CUDA_LAUNCHED(col2im_kernel);
+  }
+}
+
+void CudaBackend::im2col_conv_backward_filter(const ConvGeometry& g, const float* x,
+                                              const float* dy, float* dweight) {
+  const cudaStream_t s = on_device();
+  const Im2colDims d = im2col_dims(g);
+  const ConvShape shape = conv_shape(g);
+  for (int64_t i = 0; i < g.n; ++i) {
+    const float* col = x + i * d.in_image;
+    if (!d.pointwise) {
+      float* scratch = static_cast<float*>(context_.workspace(sizeof(float) * d.col_floats));
+      im2col_kernel<<<elementwise_grid(d.col_floats), kBlock, 0, s>>>(shape, x + i * d.in_image,
+                                                                       scratch);
+      LAMINA_CUDA_LAUNCHED(im2col_kernel);
+      col = scratch;
+    }
+    strided_gemm(context_.blas(), false, true, d.kg, d.group_rows, d.out_plane, 1.0f,
+                 dy + i * d.out_image, d.out_plane, d.kg * d.out_plane, col, d.out_plane,
+                 d.group_rows * d.out_plane, 1.0f, dweight, d.group_rows,
+                 d.kg * d.group_rows, g.groups);
+  }
+}
+
+}  // namespace lamina::cuda_detail

@@ -1,0 +1,481 @@
+// Everything cuDNN: the one translation unit that includes cudnn.h. It makes the context's
+// cuDNN handle, reports cuDNN's version and errors, and runs the CUDA backend's convolutions.
+// Builds without cuDNN (LAMINA_WITH_CUDNN undefined) compile only the parts below that say
+// so: no handle, and convolution by im2col + cuBLAS.
+//
+// Convolution uses cuDNN's legacy convolution API, as every cuDNN 9.x release has it
+// (deprecated in favour of the graph API but present and stable throughout 9.x; cuDNN 8 has
+// it too): tensor, filter and convolution descriptors, cudnnGetConvolution*Algorithm_v7 to
+// choose and cudnnConvolutionForward / BackwardData / BackwardFilter to run.
+//
+// A plan per ConvGeometry, kept in the device's CudaContext (so every backend and net on the
+// device shares it), holds the descriptors and, for each direction, the chosen algorithm and
+// its workspace size. It is made at the geometry's first convolution call, whichever
+// direction that is: all three algorithms are chosen then (one search, counted in
+// cuda_diagnostics().conv_algorithm_searches) and the context's shared workspace grows to the
+// largest of their workspaces. Later calls look the plan up and run.
+//
+// Choosing an algorithm: cuDNN's heuristics (_v7) rank the algorithms for the shape, with
+// the convolution's math restricted to FMA (CUDNN_FMA_MATH: on Ampere and newer
+// CUDNN_DEFAULT_MATH lets float convolutions run in TF32, which is ~1e-3 off the CPU). The
+// first one that is supported, FMA, deterministic (as cuDNN reports and as documented:
+// backward-data algorithm 0 and backward-filter algorithms 0 and 3 add with atomics) and
+// whose workspace fits the limit is taken. Heuristics rather than timing runs: no device
+// memory beyond the workspace, no writes into the caller's arrays (the filter gradient
+// accumulates), and the same choice in every run of the program on the same GPU and
+// cuDNN, so results are reproducible across runs. Only if no deterministic algorithm
+// qualifies is a non-deterministic one taken (with a warning); if none qualifies at all, or
+// the geometry exceeds cuDNN's 32-bit sizes, that direction runs by im2col + cuBLAS
+// (conv_kernels.cu), which is also the whole convolution in builds without cuDNN.
+//
+// y and dx are written (cuDNN's beta = 0), dweight accumulates (beta = 1). The bias is added
+// by channel_affine and its gradient accumulated by channel_reduce (one block per channel,
+// in double), as deterministic as the rest.
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/cuda_context.hpp"
+#include "lamina/common.hpp"
+#include "lamina/cuda.hpp"
+
+#if defined(LAMINA_WITH_CUDNN)
+#include "backends/cuda/cudnn_check.hpp"
+#endif
+
+namespace lamina::cuda_detail {
+namespace {
+
+// "x (8, 3, 32, 32), weight (16, 3, 3, 3), stride 1x1, pad 1x1, dilation 1x1, groups 1 ->
+// y (8, 16, 32, 32)"
+std::string describe(const ConvGeometry& g) {
+  std::ostringstream out;
+  out << "x (" << g.n << ", " << g.c << ", " << g.h << ", " << g.w << "), weight (" << g.k
+      << ", " << (g.groups > 0 ? g.c / g.groups : 0) << ", " << g.kh << ", " << g.kw
+      << "), stride " << g.stride_h << "x" << g.stride_w << ", pad " << g.pad_h << "x" << g.pad_w
+      << ", dilation " << g.dilation_h << "x" << g.dilation_w << ", groups " << g.groups
+      << " -> y (" << g.n << ", " << g.k << ", " << g.out_h << ", " << g.out_w << ")";
+  return out.str();
+}
+
+int64_t conv_out_size(int64_t in, int64_t pad, int64_t dilation, int64_t kernel,
+                      int64_t stride) {
+  return (in + 2 * pad - (dilation * (kernel - 1) + 1)) / stride + 1;
+}
+
+// The layers build geometries; a bad one is a broken internal invariant.
+void check_geometry(const ConvGeometry& g) {
+  CHECK(g.n >= 0 && g.c > 0 && g.h > 0 && g.w > 0 && g.k > 0 && g.kh > 0 && g.kw > 0 &&
+        g.stride_h > 0 && g.stride_w > 0 && g.pad_h >= 0 && g.pad_w >= 0 &&
+        g.dilation_h > 0 && g.dilation_w > 0 && g.groups > 0 && g.c % g.groups == 0 &&
+        g.k % g.groups == 0 && g.out_h > 0 && g.out_w > 0)
+      << "bad convolution geometry: " << describe(g);
+  CHECK(g.out_h == conv_out_size(g.h, g.pad_h, g.dilation_h, g.kh, g.stride_h) &&
+        g.out_w == conv_out_size(g.w, g.pad_w, g.dilation_w, g.kw, g.stride_w))
+      << "convolution output size does not follow from the input: " << describe(g);
+}
+
+}  // namespace
+
+#if defined(LAMINA_WITH_CUDNN)
+
+// ---------------------------------------------------------------------------------------
+// The handle, errors and version
+// ---------------------------------------------------------------------------------------
+
+void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line) {
+  std::ostringstream hint;
+  if (status == CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH) {
+    hint << " The cuDNN library found at run time (" << cudnnGetVersion()
+         << ") does not match the one Lamina was built with (" << CUDNN_VERSION
+         << "); fix LD_LIBRARY_PATH or rebuild.";
+  }
+  fail("cuDNN error: ", call, " returned ", cudnnGetErrorString(status), " (", int(status),
+       ") at ", file, ":", line, ".", hint.str());
+}
+
+cudnnContext* create_dnn_handle(cudaStream_t stream) {
+  cudnnHandle_t handle = nullptr;
+  LAMINA_CUDNN_CHECK(cudnnCreate(&handle));
+  const cudnnStatus_t bound = cudnnSetStream(handle, stream);
+  if (bound != CUDNN_STATUS_SUCCESS) {
+    cudnnDestroy(handle);
+    LAMINA_CUDNN_CHECK(bound);
+  }
+  return handle;
+}
+
+std::string dnn_version_string() {
+  auto dotted = [](size_t v) {
+    std::ostringstream out;
+    out << v / 10000 << "." << (v / 100) % 100 << "." << v % 100;
+    return out.str();
+  };
+  return dotted(cudnnGetVersion()) + " (built against " + dotted(CUDNN_VERSION) + ")";
+}
+
+// ---------------------------------------------------------------------------------------
+// Convolution
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+// Owners of cuDNN descriptors.
+class TensorDescriptor {
+ public:
+  TensorDescriptor() { LAMINA_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d_)); }
+  ~TensorDescriptor() { cudnnDestroyTensorDescriptor(d_); }
+  TensorDescriptor(const TensorDescriptor&) = delete;
+  TensorDescriptor& operator=(const TensorDescriptor&) = delete;
+  cudnnTensorDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnTensorDescriptor_t d_ = nullptr;
+};
+
+class FilterDescriptor {
+ public:
+  FilterDescriptor() { LAMINA_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d_)); }
+  ~FilterDescriptor() { cudnnDestroyFilterDescriptor(d_); }
+  FilterDescriptor(const FilterDescriptor&) = delete;
+  FilterDescriptor& operator=(const FilterDescriptor&) = delete;
+  cudnnFilterDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnFilterDescriptor_t d_ = nullptr;
+};
+
+class ConvolutionDescriptor {
+ public:
+  ConvolutionDescriptor() { LAMINA_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d_)); }
+  ~ConvolutionDescriptor() { cudnnDestroyConvolutionDescriptor(d_); }
+  ConvolutionDescriptor(const ConvolutionDescriptor&) = delete;
+  ConvolutionDescriptor& operator=(const ConvolutionDescriptor&) = delete;
+  cudnnConvolutionDescriptor_t get() const { return d_; }
+
+ private:
+  cudnnConvolutionDescriptor_t d_ = nullptr;
+};
+
+// Float convolutions in full FP32 precision. Before cuDNN 8 (no TF32) that was the default.
+#if CUDNN_VERSION >= 8000
+constexpr cudnnMathType_t kMathType = CUDNN_FMA_MATH;
+#else
+constexpr cudnnMathType_t kMathType = CUDNN_DEFAULT_MATH;
+#endif
+
+// Largest workspace one convolution algorithm may ask for; also at most a quarter of the
+// device memory free when the geometry is planned.
+constexpr size_t kMaxAlgorithmWorkspace = size_t{1} << 30;
+
+// One direction's chosen algorithm; algo < 0: none, run by im2col + cuBLAS.
+struct Choice {
+  int algo = -1;
+  size_t workspace = 0;  // bytes
+  bool deterministic = true;
+};
+
+// Descriptors and chosen algorithms of one ConvGeometry.
+// Without descriptors (sizes past cuDNN's ints) every direction runs by im2col.
+struct ConvPlan {
+  std::unique_ptr<TensorDescriptor> x, y;
+  std::unique_ptr<FilterDescriptor> w;
+  std::unique_ptr<ConvolutionDescriptor> conv;
+  Choice forward, backward_data, backward_filter;
+};
+
+using GeometryKey = std::array<int64_t, 16>;
+
+GeometryKey key_of(const ConvGeometry& g) {
+  return {g.n, g.c, g.h, g.w, g.k, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
+          g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w};
+}
+
+// Whether every size cuDNN's legacy API takes as an int, element counts included, fits.
+bool fits_cudnn(const ConvGeometry& g) {
+  const int64_t sizes[] = {
+      g.n, g.c, g.h, g.w, g.k, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
+      g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w,
+      g.n * g.c * g.h * g.w,                 // x
+      g.n * g.k * g.out_h * g.out_w,         // y
+      g.k * (g.c / g.groups) * g.kh * g.kw,  // weight
+  };
+  return std::all_of(std::begin(sizes), std::end(sizes),
+                     [](int64_t v) { return v <= int64_t{INT_MAX}; });
+}
+
+// The algorithms documented as adding with atomics, whatever a perf struct reports.
+bool known_nondeterministic(cudnnConvolutionFwdAlgo_t) { return false; }
+bool known_nondeterministic(cudnnConvolutionBwdDataAlgo_t algo) {
+  return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+}
+bool known_nondeterministic(cudnnConvolutionBwdFilterAlgo_t algo) {
+  return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
+         algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+}
+
+// The first of cuDNN's ranked perf results that is supported, FMA math, within the
+// workspace limit and (first pass) deterministic; none: algo -1. workspace_of(algo, &bytes)
+// asks cuDNN for the algorithm's workspace and returns its status.
+template <class Perf, class WorkspaceOf>
+Choice choose(const std::vector<Perf>& ranked, size_t limit, WorkspaceOf workspace_of) {
+  for (const bool need_deterministic : {true, false}) {
+    for (const Perf& perf : ranked) {
+      if (perf.status != CUDNN_STATUS_SUCCESS || perf.mathType != kMathType) continue;
+      const bool deterministic =
+          perf.determinism == CUDNN_DETERMINISTIC && !known_nondeterministic(perf.algo);
+      if (need_deterministic && !deterministic) continue;
+      size_t bytes = 0;
+      if (workspace_of(perf.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+      if (bytes > limit) continue;
+      return {static_cast<int>(perf.algo), bytes, deterministic};
+    }
+  }
+  return {};
+}
+
+void warn_about(const Choice& choice, const char* direction, const ConvGeometry& g) {
+  if (choice.algo < 0) {
+    LOG(WARNING) << "cuDNN offers no FMA " << direction << " algorithm within the workspace "
+                 << "limit for " << describe(g) << "; using im2col + cuBLAS instead";
+  } else if (!choice.deterministic) {
+    LOG(WARNING) << "cuDNN offers no deterministic " << direction << " algorithm for "
+                 << describe(g) << "; using algorithm " << choice.algo
+                 << ", whose results may differ in the last bits from run to run";
+  }
+}
+
+// Sets the plan's descriptors for g and chooses its three algorithms (cuDNN's heuristics).
+void search(cudnnHandle_t handle, size_t limit, const ConvGeometry& g, ConvPlan& plan) {
+  plan.x = std::make_unique<TensorDescriptor>();
+  plan.y = std::make_unique<TensorDescriptor>();
+  plan.w = std::make_unique<FilterDescriptor>();
+  plan.conv = std::make_unique<ConvolutionDescriptor>();
+  const cudnnTensorDescriptor_t x = plan.x->get(), y = plan.y->get();
+  const cudnnFilterDescriptor_t w = plan.w->get();
+  const cudnnConvolutionDescriptor_t conv = plan.conv->get();
+  const auto i = [](int64_t v) { return static_cast<int>(v); };  // fits_cudnn checked them
+  LAMINA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n),
+                                                i(g.c), i(g.h), i(g.w)));
+  LAMINA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n),
+                                                i(g.k), i(g.out_h), i(g.out_w)));
+  LAMINA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(g.k),
+                                                i(g.c / g.groups), i(g.kh), i(g.kw)));
+  LAMINA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      conv, i(g.pad_h), i(g.pad_w), i(g.stride_h), i(g.stride_w), i(g.dilation_h),
+      i(g.dilation_w), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  LAMINA_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, i(g.groups)));
+  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, kMathType));
+
+  int on = 0, oc = 0, oh = 0, ow = 0;
+  LAMINA_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &on, &oc, &oh, &ow));
+  CHECK(on == g.n && oc == g.k && oh == g.out_h && ow == g.out_w)
+      << "cuDNN computes the output (" << on << ", " << oc << ", " << oh << ", " << ow
+      << ") for " << describe(g);
+
+  int count = 0, returned = 0;
+  LAMINA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &count));
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> forward(std::max(count, 1));
+  LAMINA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
+      handle, x, w, conv, y, static_cast<int>(forward.size()), &returned, forward.data()));
+  forward.resize(std::clamp(returned, 0, static_cast<int>(forward.size())));
+  plan.forward = choose(forward, limit, [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(handle, x, w, conv, y, algo, bytes);
+  });
+  warn_about(plan.forward, "forward", g);
+
+  LAMINA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &count));
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(std::max(count, 1));
+  LAMINA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      handle, w, y, conv, x, static_cast<int>(data.size()), &returned, data.data()));
+  data.resize(std::clamp(returned, 0, static_cast<int>(data.size())));
+  plan.backward_data = choose(data, limit, [&](cudnnConvolutionBwdDataAlgo_t algo,
+                                               size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w, y, conv, x, algo, bytes);
+  });
+  warn_about(plan.backward_data, "backward-data", g);
+
+  LAMINA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &count));
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter(std::max(count, 1));
+  LAMINA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      handle, x, y, conv, w, static_cast<int>(filter.size()), &returned, filter.data()));
+  filter.resize(std::clamp(returned, 0, static_cast<int>(filter.size())));
+  plan.backward_filter = choose(filter, limit, [&](cudnnConvolutionBwdFilterAlgo_t algo,
+                                                   size_t* bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x, y, conv, w, algo, bytes);
+  });
+  warn_about(plan.backward_filter, "backward-filter", g);
+}
+
+}  // namespace
+
+// Every plan made on the device, by geometry. Never destroyed, like the context that holds
+// it: destroying descriptors during static destruction would race the runtime's teardown.
+struct ConvPlans {
+  std::map<GeometryKey, std::unique_ptr<ConvPlan>> by_geometry;
+};
+
+ConvPlans& CudaContext::conv_plans() {
+  std::call_once(conv_plans_once_, [this] { conv_plans_ = new ConvPlans; });
+  return *conv_plans_;
+}
+
+namespace {
+
+// The plan of g, made (and its algorithms chosen) on the first call for g.
+const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g) {
+  auto& plans = context.conv_plans().by_geometry;
+  const GeometryKey key = key_of(g);
+  const auto found = plans.find(key);
+  if (found != plans.end()) return *found->second;
+
+  auto plan = std::make_unique<ConvPlan>();
+  if (fits_cudnn(g)) {
+    size_t free_bytes = 0, total_bytes = 0;
+    LAMINA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const size_t limit =
+        std::max(context.workspace_bytes(), std::min(free_bytes / 4, kMaxAlgorithmWorkspace));
+    search(context.dnn(), limit, g, *plan);
+    count_conv_algorithm_search();
+    // One workspace for the whole net: grown here, once, to what this geometry needs.
+    const size_t needed = std::max({plan->forward.workspace, plan->backward_data.workspace,
+                                    plan->backward_filter.workspace});
+    if (needed > 0) context.workspace(needed);
+    VLOG(1) << "convolution " << describe(g) << ": forward algorithm " << plan->forward.algo
+            << ", backward-data " << plan->backward_data.algo << ", backward-filter "
+            << plan->backward_filter.algo << ", workspace " << needed << " bytes";
+  } else {
+    LOG(WARNING) << "convolution " << describe(g) << " exceeds cuDNN's 32-bit sizes; "
+                 << "using im2col + cuBLAS";
+  }
+  return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+}  // namespace
+
+void CudaBackend::conv_forward(const ConvGeometry& g, const float* x, const float* weight,
+                               const float* bias, float* y) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  const ConvPlan& plan = plan_for(context_, g);
+  if (plan.forward.algo < 0) {
+    im2col_conv_forward(g, x, weight, y);
+  } else {
+    const float one = 1.0f, zero = 0.0f;
+    void* workspace = plan.forward.workspace > 0 ? context_.workspace(plan.forward.workspace)
+                                                 : nullptr;
+    LAMINA_CUDNN_CHECK(cudnnConvolutionForward(
+        context_.dnn(), &one, plan.x->get(), x, plan.w->get(), weight, plan.conv->get(),
+        static_cast<cudnnConvolutionFwdAlgo_t>(plan.forward.algo), workspace,
+        plan.forward.workspace, &zero, plan.y->get(), y));
+  }
+  if (bias != nullptr) channel_affine(g.n, g.k, g.out_h * g.out_w, y, nullptr, bias, y);
+}
+
+void CudaBackend::conv_backward_data(const ConvGeometry& g, const float* weight,
+                                     const float* dy, float* dx) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  const ConvPlan& plan = plan_for(context_, g);
+  if (plan.backward_data.algo < 0) {
+    im2col_conv_backward_data(g, weight, dy, dx);
+    return;
+  }
+  const float one = 1.0f, zero = 0.0f;
+  void* workspace = plan.backward_data.workspace > 0
+                        ? context_.workspace(plan.backward_data.workspace)
+                        : nullptr;
+  LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardData(
+      context_.dnn(), &one, plan.w->get(), weight, plan.y->get(), dy, plan.conv->get(),
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.backward_data.algo), workspace,
+      plan.backward_data.workspace, &zero, plan.x->get(), dx));
+}
+
+void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
+                                       float* dweight, float* dbias) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  const ConvPlan& plan = plan_for(context_, g);
+  if (plan.backward_filter.algo < 0) {
+    im2col_conv_backward_filter(g, x, dy, dweight);
+  } else {
+    const float one = 1.0f;  // alpha, and beta: dweight accumulates
+    void* workspace = plan.backward_filter.workspace > 0
+                          ? context_.workspace(plan.backward_filter.workspace)
+                          : nullptr;
+    LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        context_.dnn(), &one, plan.x->get(), x, plan.y->get(), dy, plan.conv->get(),
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.backward_filter.algo), workspace,
+        plan.backward_filter.workspace, &one, plan.w->get(), dweight));
+  }
+  if (dbias != nullptr) channel_reduce(g.n, g.k, g.out_h * g.out_w, dy, nullptr, dbias);
+}
+
+#else  // !LAMINA_WITH_CUDNN: every convolution by im2col + cuBLAS.
+
+cudnnContext* create_dnn_handle(cudaStream_t) {
+  fail("this Lamina was built without cuDNN, which this layer needs; install cuDNN and "
+       "rebuild (cmake -DLAMINA_USE_CUDNN=ON), or train on the CPU by leaving out --gpu.");
+}
+
+std::string dnn_version_string() { return "not built with cuDNN"; }
+
+struct ConvPlans {};
+
+ConvPlans& CudaContext::conv_plans() {
+  std::call_once(conv_plans_once_, [this] { conv_plans_ = new ConvPlans; });
+  return *conv_plans_;
+}
+
+void CudaBackend::conv_forward(const ConvGeometry& g, const float* x, const float* weight,
+                               const float* bias, float* y) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  im2col_conv_forward(g, x, weight, y);
+  if (bias != nullptr) channel_affine(g.n, g.k, g.out_h * g.out_w, y, nullptr, bias, y);
+}
+
+void CudaBackend::conv_backward_data(const ConvGeometry& g, const float* weight,
+                                     const float* dy, float* dx) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  im2col_conv_backward_data(g, weight, dy, dx);
+}
+
+void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
+                                       float* dweight, float* dbias) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  im2col_conv_backward_filter(g, x, dy, dweight);
+  if (dbias != nullptr) channel_reduce(g.n, g.k, g.out_h * g.out_w, dy, nullptr, dbias);
+}
+
+#endif
+
+}  // namespace lamina::cuda_detail
+
+namespace lamina {
+
+#if defined(LAMINA_WITH_CUDNN)
+bool cudnn_compiled() { return true; }
+#else
+bool cudnn_compiled() { return false; }
+#endif
+
+}  // namespace lamina

@@ -1,0 +1,83 @@
+// copy_rows (Concat's forward and backward) and the element-wise max of Eltwise: one thread
+// per element.
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/kernel_util.cuh"
+
+namespace lamina::cuda_detail {
+namespace {
+
+// Row r of dst (rows, cols) at dst + r dst_stride = (or +=) row r of src at src + r src_stride.
+template <bool kAccumulate>
+__global__ void copy_rows_kernel(int64_t rows, int64_t cols, const float* src,
+                                 int64_t src_stride, float* dst, int64_t dst_stride) {
+  LAMINA_GRID_STRIDE_LOOP(i, rows * cols) {
+    const int64_t r = i / cols, j = i - r * cols;
+    const float v = src[r * src_stride + j];
+    if (kAccumulate) {
+      dst[r * dst_stride + j] += v;
+    } else {
+      dst[r * dst_stride + j] = v;
+    }
+  }
+}
+
+// x, y, mask (n). Input index 0 starts y and mask; a later one replaces y where x > y, so
+// ties keep the earlier input. mask may be null (no backward pass).
+__global__ void eltwise_max_forward_kernel(int64_t n, int index, const float* x, float* y,
+                                           int32_t* mask) {
+  if (index == 0) {
+    LAMINA_GRID_STRIDE_LOOP(i, n) {
+      y[i] = x[i];
+      if (mask != nullptr) mask[i] = 0;
+    }
+  } else {
+    LAMINA_GRID_STRIDE_LOOP(i, n) {
+      const float v = x[i];
+      if (v > y[i]) {
+        y[i] = v;
+        if (mask != nullptr) mask[i] = index;
+      }
+    }
+  }
+}
+
+__global__ void eltwise_max_backward_kernel(int64_t n, int index, const float* dy,
+                                            const int32_t* mask, float* dx) {
+  LAMINA_GRID_STRIDE_LOOP(i, n) dx[i] = mask[i] == index ? dy[i] : 0.0f;
+}
+
+}  // namespace
+
+void CudaBackend::copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
+                            float* dst, int64_t dst_stride, bool accumulate) {
+  const cudaStream_t s = on_device();
+  if (rows <= 0 || cols <= 0) return;
+  const unsigned grid = elementwise_grid(rows * cols);
+  if (accumulate) {
+    copy_rows_kernel<true><<<grid, kBlock, 0, s>>>(rows, cols, src, src_stride, dst, dst_stride);
+    LAMINA_CUDA_LAUNCHED(copy_rows_kernel<true>);
+  } else {
+    copy_rows_kernel<false><<<grid, kBlock, 0, s>>>(rows, cols, src, src_stride, dst,
+                                                    dst_stride);
+    LAMINA_CUDA_LAUNCHED(copy_rows_kernel<false>);
+  }
+}
+
+void CudaBackend::eltwise_max_forward(int64_t n, int index, const float* x, float* y,
+                                      int32_t* mask) {
+  const cudaStream_t s = on_device();
+  if (n <= 0) return;
+  eltwise_max_forward_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, index, x, y, mask);
+  LAMINA_CUDA_LAUNCHED(eltwise_max_forward_kernel);
+}
+
+void CudaBackend::eltwise_max_backward(int64_t n, int index, const float* dy,
+                                       const int32_t* mask, float* dx) {
+  const cudaStream_t s = on_device();
+  if (n <= 0) return;
+  eltwise_max_backward_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, index, dy, mask, dx);
+  LAMINA_CUDA_LAUNCHED(eltwise_max_backward_kernel);
+}
+
+}  // namespace lamina::cuda_detail

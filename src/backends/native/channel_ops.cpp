@@ -1,0 +1,190 @@
+// NativeBackend's per-channel operations (batch normalisation, scale/bias, their reductions),
+// row copies for Concat, and element-wise max. The semantics are the comments in backend.hpp.
+//
+// Arrays are viewed as (outer, channels, inner): row r = (o, c) is inner contiguous floats
+// of channel c = r % channels. Per-channel sums are in double: each row is summed on one
+// thread, then the rows of a channel are added in order of o, so results do not depend on
+// the thread count.
+#include <glog/logging.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "lamina/native_backend.hpp"
+#include "parallel.hpp"
+
+namespace lamina {
+namespace {
+
+using native::parallel_ranges;
+using native::parallel_rows;
+
+// sums[c] = sum over o and i of term(o, c, i) in double, term(r, i) taking the row
+// r = o channels + c and the position i within it.
+template <class F>
+std::vector<double> channel_sums(int64_t outer, int64_t channels, int64_t inner, F term) {
+  std::vector<double> rows(outer * channels);
+  parallel_rows(outer * channels, inner, [&](int64_t r) {
+    double sum = 0;
+    for (int64_t i = 0; i < inner; ++i) sum += term(r, i);
+    rows[r] = sum;
+  });
+  std::vector<double> sums(channels, 0.0);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t c = 0; c < channels; ++c) sums[c] += rows[o * channels + c];
+  }
+  return sums;
+}
+
+}  // namespace
+
+// x (outer, channels, inner) -> mean, var (channels); two passes in double (the second
+// around the double mean), so a large mean does not cancel the variance away.
+void NativeBackend::channel_moments(int64_t outer, int64_t channels, int64_t inner,
+                                    const float* x, float* mean, float* var) {
+  const double m = static_cast<double>(outer * inner);
+  if (outer * inner == 0) {  // no samples: report zeros rather than 0/0
+    std::fill_n(mean, channels, 0.0f);
+    std::fill_n(var, channels, 0.0f);
+    return;
+  }
+  std::vector<double> mu =
+      channel_sums(outer, channels, inner, [&](int64_t r, int64_t i) -> double {
+        return x[r * inner + i];
+      });
+  for (double& v : mu) v /= m;
+  const std::vector<double> sq =
+      channel_sums(outer, channels, inner, [&](int64_t r, int64_t i) -> double {
+        const double dev = x[r * inner + i] - mu[r % channels];
+        return dev * dev;
+      });
+  for (int64_t c = 0; c < channels; ++c) {
+    mean[c] = static_cast<float>(mu[c]);
+    var[c] = static_cast<float>(sq[c] / m);
+  }
+}
+
+// x, y (outer, channels, inner); mean, var, inv_std (channels). inv_std is computed in
+// double and rounded once.
+void NativeBackend::batch_norm_forward(int64_t outer, int64_t channels, int64_t inner,
+                                       float eps, const float* x, const float* mean,
+                                       const float* var, float* y, float* inv_std) {
+  for (int64_t c = 0; c < channels; ++c) {
+    inv_std[c] = static_cast<float>(1.0 / std::sqrt(double(var[c]) + double(eps)));
+  }
+  parallel_rows(outer * channels, inner, [&](int64_t r) {
+    const float mu = mean[r % channels], s = inv_std[r % channels];
+    const float* xr = x + r * inner;
+    float* yr = y + r * inner;
+    for (int64_t i = 0; i < inner; ++i) yr[i] = (xr[i] - mu) * s;
+  });
+}
+
+// y, dy, dx (outer, channels, inner), inv_std (channels):
+// dx = inv_std (dy - mean_c(dy) - y mean_c(dy y)); works in place (dy == dx).
+void NativeBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,
+                                        const float* y, const float* dy, const float* inv_std,
+                                        float* dx) {
+  if (outer * inner == 0) return;
+  const double m = static_cast<double>(outer * inner);
+  const std::vector<double> sum_dy = channel_sums(
+      outer, channels, inner, [&](int64_t r, int64_t i) -> double { return dy[r * inner + i]; });
+  const std::vector<double> sum_dyy =
+      channel_sums(outer, channels, inner, [&](int64_t r, int64_t i) -> double {
+        return double(dy[r * inner + i]) * y[r * inner + i];
+      });
+  std::vector<float> mean_dy(channels), mean_dyy(channels);
+  for (int64_t c = 0; c < channels; ++c) {
+    mean_dy[c] = static_cast<float>(sum_dy[c] / m);
+    mean_dyy[c] = static_cast<float>(sum_dyy[c] / m);
+  }
+  parallel_rows(outer * channels, inner, [&](int64_t r) {
+    const int64_t c = r % channels;
+    const float s = inv_std[c], a = mean_dy[c], b = mean_dyy[c];
+    const float* yr = y + r * inner;
+    const float* dyr = dy + r * inner;
+    float* dxr = dx + r * inner;
+    for (int64_t i = 0; i < inner; ++i) dxr[i] = s * (dyr[i] - a - yr[i] * b);
+  });
+}
+
+// x, y (outer, channels, inner); scale, bias (channels) or null. Works in place.
+void NativeBackend::channel_affine(int64_t outer, int64_t channels, int64_t inner,
+                                   const float* x, const float* scale, const float* bias,
+                                   float* y) {
+  parallel_rows(outer * channels, inner, [&](int64_t r) {
+    const int64_t c = r % channels;
+    const float s = scale ? scale[c] : 1.0f, b = bias ? bias[c] : 0.0f;
+    const float* xr = x + r * inner;
+    float* yr = y + r * inner;
+#pragma GCC ivdep
+    for (int64_t i = 0; i < inner; ++i) yr[i] = xr[i] * s + b;
+  });
+}
+
+// a, b (outer, channels, inner), b may be null; out (channels) += per-channel sums.
+void NativeBackend::channel_reduce(int64_t outer, int64_t channels, int64_t inner,
+                                   const float* a, const float* b, float* out) {
+  const std::vector<double> sums =
+      b == nullptr
+          ? channel_sums(outer, channels, inner,
+                         [&](int64_t r, int64_t i) -> double { return a[r * inner + i]; })
+          : channel_sums(outer, channels, inner, [&](int64_t r, int64_t i) -> double {
+              return double(a[r * inner + i]) * b[r * inner + i];
+            });
+  for (int64_t c = 0; c < channels; ++c) out[c] += static_cast<float>(sums[c]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Row copies, element-wise max
+// ---------------------------------------------------------------------------------------
+
+// src rows at src + r src_stride, dst rows at dst + r dst_stride, each cols floats.
+void NativeBackend::copy_rows(int64_t rows, int64_t cols, const float* src,
+                              int64_t src_stride, float* dst, int64_t dst_stride,
+                              bool accumulate) {
+  if (cols == 0) return;
+  parallel_rows(rows, cols, [&](int64_t r) {
+    const float* s = src + r * src_stride;
+    float* d = dst + r * dst_stride;
+    if (!accumulate) {
+      std::memcpy(d, s, sizeof(float) * cols);
+      return;
+    }
+#pragma GCC ivdep
+    for (int64_t j = 0; j < cols; ++j) d[j] += s[j];
+  });
+}
+
+// x, y, mask (n). Only a strictly greater x replaces y, so ties keep the earlier input.
+void NativeBackend::eltwise_max_forward(int64_t n, int index, const float* x, float* y,
+                                        int32_t* mask) {
+  if (index == 0) {
+    if (x != y) std::memcpy(y, x, sizeof(float) * n);
+    if (mask != nullptr) std::fill_n(mask, n, 0);
+    return;
+  }
+  parallel_ranges(n, [=](int64_t begin, int64_t end) {
+    if (mask == nullptr) {
+      for (int64_t i = begin; i < end; ++i) y[i] = x[i] > y[i] ? x[i] : y[i];
+      return;
+    }
+    for (int64_t i = begin; i < end; ++i) {
+      const bool greater = x[i] > y[i];
+      y[i] = greater ? x[i] : y[i];
+      mask[i] = greater ? index : mask[i];
+    }
+  });
+}
+
+// dy, mask, dx (n): dx = mask == index ? dy : 0.
+void NativeBackend::eltwise_max_backward(int64_t n, int index, const float* dy,
+                                         const int32_t* mask, float* dx) {
+  parallel_ranges(n, [=](int64_t begin, int64_t end) {
+#pragma GCC ivdep
+    for (int64_t i = begin; i < end; ++i) dx[i] = mask[i] == index ? dy[i] : 0.0f;
+  });
+}
+
+}  // namespace lamina

@@ -1,0 +1,144 @@
+// BatchNorm: Caffe's batch normalisation, without the affine part (Caffe nets follow it with
+// a Scale layer with bias_term: true).
+//
+//   bottom (N, C, ...) viewed as (N, C, S), S = the product of the dims after C  ->  top, same
+//   y = (x - mean[c]) / sqrt(var[c] + eps)
+// With batch statistics (use_global_stats false, the default in TRAIN) mean and the biased
+// var are the batch's, over N and S, and the gradient flows through them:
+//   dx = inv_std (dy - mean_c(dy) - y mean_c(dy y)).
+// With the running statistics (use_global_stats true, the default in TEST): dx = dy inv_std.
+//
+// Running statistics are Caffe's three blobs, stored exactly as Caffe stores them so models
+// move between the two unchanged: mean_sum (C), var_sum (C) and factor (1), all starting at
+// 0. Every forward with batch statistics updates them (m = N S, Caffe's unbiased variance):
+//   factor = maf factor + 1;  mean_sum = maf mean_sum + mean;  var_sum = maf var_sum + m/(m-1) var
+// and the running estimates are mean_sum / factor and var_sum / factor (0 while factor is 0).
+// The blobs are parameters: they live in the arena, so snapshots keep them and a TEST net that
+// shares the TRAIN net's weights reads them. Their lr_mult is forced to 0 as in Caffe (param
+// blocks may restate lr_mult: 0; any other value is an error); the solver never moves them.
+//
+// The division by the factor stays on the device (no read-back): with v = (2^20 factor)^2,
+// batch_norm_forward's inv_std = 1/sqrt(v + 1) times 2^20 is 1/factor. Powers of two scale
+// exactly, and for any trained factor (>= 1) the added 1 is below the rounding of v, so this
+// is 1/factor to float precision; for factor 0 it is 2^20, which multiplies sums that are
+// still 0, giving Caffe's zero estimates.
+// Works in place. The normalised output is kept (y_) because a later in-place layer (Scale,
+// ReLU) overwrites the top that the backward pass through batch statistics needs.
+#include <memory>
+
+#include "lamina/layer.hpp"
+#include "lamina/registry.hpp"
+
+namespace lamina {
+namespace {
+
+constexpr float kTwo20 = 1048576.0f;  // 2^20
+
+class BatchNormLayer : public Layer {
+ public:
+  using Layer::Layer;
+  std::vector<std::string> parameter_messages() const override { return {"batch_norm_param"}; }
+  std::vector<Operation> operations() const override {
+    return {Operation::kBatchNorm, Operation::kChannelAffine};
+  }
+
+  void setup(const Tensors& bottom, const Tensors& top) override {
+    const BatchNormParameter& p = param_.batch_norm_param();
+    const Tensor& x = *bottom[0];
+    LAMINA_REQUIRE(x.num_axes() >= 1 && x.count() > 0, where(), "expects a non-empty bottom "
+                   "(N, C, ...), but '", x.name(), "' has shape ", x.shape_string());
+    global_ = p.has_use_global_stats() ? p.use_global_stats() : phase_ == TEST;
+    maf_ = p.moving_average_fraction();
+    eps_ = p.eps();
+    LAMINA_REQUIRE(maf_ >= 0 && maf_ <= 1, where(), "batch_norm_param.moving_average_fraction "
+                   "must be in [0, 1], got ", maf_);
+    LAMINA_REQUIRE(eps_ > 0, where(), "batch_norm_param.eps must be positive, got ", eps_);
+    for (int k = 0; k < param_.param_size(); ++k)
+      LAMINA_REQUIRE(param_.param(k).lr_mult() == 0, where(), "param { lr_mult: ",
+                     param_.param(k).lr_mult(), " } (block ", k, ") must be 0: the mean, "
+                     "variance and factor are running statistics, not learned parameters");
+    while (param_.param_size() < 3) {  // Caffe's fixed lr_mult 0 for the statistics
+      ParamSpec* spec = param_.add_param();
+      spec->set_lr_mult(0);
+      spec->set_decay_mult(0);
+    }
+
+    n_ = x.dim(0);
+    c_ = x.num_axes() > 1 ? x.dim(1) : 1;
+    s_ = x.count() / (n_ * c_);
+    add_param("mean", {c_}, FillerParameter());      // constant 0
+    add_param("variance", {c_}, FillerParameter());  // constant 0
+    add_param("factor", {1}, FillerParameter());     // constant 0
+    if (top[0] != bottom[0]) top[0]->reshape(x.shape());
+
+    mean_ = std::make_unique<Tensor>(backend_, Shape{c_}, name() + "/batch_mean");
+    var_ = std::make_unique<Tensor>(backend_, Shape{c_}, name() + "/batch_var");
+    inv_std_ = std::make_unique<Tensor>(backend_, Shape{c_}, name() + "/inv_std");
+    scalars_ = std::make_unique<Tensor>(backend_, Shape{4}, name() + "/scalars");
+    backend_.fill(1, 1.0f, scalars_->mutable_data());  // [0] = 1; [1..3] scratch
+    if (!global_) y_ = std::make_unique<Tensor>(backend_, x.shape(), name() + "/normalised");
+  }
+
+  void forward(const Tensors& bottom, const Tensors& top) override {
+    const float* x = bottom[0]->data();
+    if (global_) {
+      running_estimates();
+      backend_.batch_norm_forward(n_, c_, s_, eps_, x, mean_->data(), var_->data(),
+                                  top[0]->mutable_data(), inv_std_->mutable_data());
+      return;
+    }
+    backend_.channel_moments(n_, c_, s_, x, mean_->mutable_data(), var_->mutable_data());
+    backend_.batch_norm_forward(n_, c_, s_, eps_, x, mean_->data(), var_->data(),
+                                y_->mutable_data(), inv_std_->mutable_data());
+    backend_.copy(sizeof(float) * y_->count(), y_->data(), top[0]->mutable_data());
+    // Caffe's running sums; m/(m-1) makes the accumulated variance unbiased.
+    const int64_t m = n_ * s_;
+    const float unbias = m > 1 ? float(double(m) / double(m - 1)) : 1.0f;
+    backend_.axpby(1, 1.0f, scalars_->data(), maf_, params_[2].tensor->mutable_data());
+    backend_.axpby(c_, 1.0f, mean_->data(), maf_, params_[0].tensor->mutable_data());
+    backend_.axpby(c_, unbias, var_->data(), maf_, params_[1].tensor->mutable_data());
+  }
+
+  void backward_input(const Tensors& top, const std::vector<bool>& propagate,
+                      const Tensors& bottom) override {
+    if (!propagate[0]) return;
+    if (global_) {
+      backend_.channel_affine(n_, c_, s_, top[0]->diff(), inv_std_->data(), nullptr,
+                              bottom[0]->mutable_diff());
+    } else {
+      backend_.batch_norm_backward(n_, c_, s_, y_->data(), top[0]->diff(), inv_std_->data(),
+                                   bottom[0]->mutable_diff());
+    }
+  }
+
+ private:
+  // mean_ = mean_sum / factor, var_ = var_sum / factor, on the device (see the file comment).
+  void running_estimates() {
+    const float* factor = params_[2].tensor->data();
+    float* square = scalars_->mutable_data() + 1;
+    float* recip = square + 1;
+    float* unused = recip + 1;
+    backend_.mul(1, factor, factor, square);
+    backend_.scal(1, kTwo20 * kTwo20, square);
+    backend_.batch_norm_forward(1, 1, 1, 1.0f, factor, factor, square, unused, recip);
+    backend_.scal(1, kTwo20, recip);
+    backend_.channel_affine(1, 1, c_, params_[0].tensor->data(), recip, nullptr,
+                            mean_->mutable_data());
+    backend_.channel_affine(1, 1, c_, params_[1].tensor->data(), recip, nullptr,
+                            var_->mutable_data());
+  }
+
+  bool global_ = false;
+  float maf_ = 0.999f, eps_ = 1e-5f;
+  int64_t n_ = 0, c_ = 0, s_ = 0;
+  std::unique_ptr<Tensor> mean_, var_;  // (C) the statistics in use: the batch's or running
+  std::unique_ptr<Tensor> inv_std_;     // (C) 1 / sqrt(var + eps)
+  std::unique_ptr<Tensor> scalars_;     // (4) [0] = 1 (the factor's increment), then scratch
+  std::unique_ptr<Tensor> y_;           // batch statistics only: the normalised output
+};
+
+}  // namespace
+
+void register_batch_norm_layer() { register_layer<BatchNormLayer>("BatchNorm"); }
+
+}  // namespace lamina

@@ -1,0 +1,80 @@
+// Concat: joins its bottoms along concat_param.axis (default 1, the channels).
+//
+//   bottom i (d0, ..., a_i, ..., dk)  ->  top (d0, ..., sum a_i, ..., dk)
+// Every bottom has the top's dims except along the axis. Viewed as rows: outer = the dims
+// before the axis, and bottom i contributes a_i * inner contiguous floats to each of the
+// top's outer rows, after those of the bottoms before it.
+// Gradients: each bottom's diff is its slice of dtop, written with =.
+#include <vector>
+
+#include "lamina/layer.hpp"
+#include "lamina/registry.hpp"
+
+namespace lamina {
+namespace {
+
+class ConcatLayer : public Layer {
+ public:
+  using Layer::Layer;
+  int max_bottoms() const override { return -1; }
+  std::vector<std::string> parameter_messages() const override { return {"concat_param"}; }
+
+  void setup(const Tensors& bottom, const Tensors& top) override {
+    const Tensor& first = *bottom[0];
+    const int axes = first.num_axes();
+    const int axis = param_.concat_param().axis();
+    LAMINA_REQUIRE(axis >= -axes && axis < axes, where(), "concat_param.axis ", axis,
+                   " is out of range for bottom '", first.name(), "' of shape ",
+                   first.shape_string());
+    axis_ = axis < 0 ? axis + axes : axis;
+    Shape shape = first.shape();
+    shape[axis_] = 0;
+    for (const Tensor* b : bottom) {
+      LAMINA_REQUIRE(b != top[0], where(), "cannot work in place; give the top its own name");
+      bool same = b->num_axes() == axes;
+      for (int d = 0; same && d < axes; ++d) same = d == axis_ || b->dim(d) == first.dim(d);
+      LAMINA_REQUIRE(same, where(), "bottoms must have equal shapes except along axis ", axis_,
+                     ", but '", first.name(), "' is ", first.shape_string(), " and '", b->name(),
+                     "' is ", b->shape_string());
+      shape[axis_] += b->dim(axis_);
+    }
+    outer_ = first.count(0, axis_);
+    inner_ = first.count(axis_ + 1, axes);
+    top[0]->reshape(shape);
+  }
+
+  void forward(const Tensors& bottom, const Tensors& top) override {
+    const int64_t top_cols = top[0]->dim(axis_) * inner_;
+    int64_t offset = 0;
+    for (const Tensor* b : bottom) {
+      const int64_t cols = b->dim(axis_) * inner_;
+      backend_.copy_rows(outer_, cols, b->data(), cols, top[0]->mutable_data() + offset, top_cols,
+                         false);
+      offset += cols;
+    }
+  }
+
+  void backward_input(const Tensors& top, const std::vector<bool>& propagate,
+                      const Tensors& bottom) override {
+    const int64_t top_cols = top[0]->dim(axis_) * inner_;
+    int64_t offset = 0;
+    for (size_t i = 0; i < bottom.size(); ++i) {
+      const int64_t cols = bottom[i]->dim(axis_) * inner_;
+      if (propagate[i]) {
+        backend_.copy_rows(outer_, cols, top[0]->diff() + offset, top_cols,
+                           bottom[i]->mutable_diff(), cols, false);
+      }
+      offset += cols;
+    }
+  }
+
+ private:
+  int axis_ = 1;
+  int64_t outer_ = 0, inner_ = 0;  // the dims before and after the axis
+};
+
+}  // namespace
+
+void register_concat_layer() { register_layer<ConcatLayer>("Concat"); }
+
+}  // namespace lamina

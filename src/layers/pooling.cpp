@@ -1,0 +1,104 @@
+// Pooling: 2-D max or average pooling, NCHW, Caffe's pooling_param.
+//
+//   bottom (N, C, H, W)  ->  top (N, C, OH, OW)
+// CEIL (Caffe's default): OH = ceil((H + 2 pad_h - KH) / stride_h) + 1, FLOOR rounds down;
+// with padding, a last window that would start inside the bottom padding is dropped
+// ((OH - 1) stride_h >= H + pad_h: OH -= 1), as Caffe does. OW likewise. global_pooling
+// takes the whole plane (kernel = (H, W), stride 1, pad 0).
+// Max pooling records the arg-max of every window in an int32 mask (N, C, OH, OW) and its
+// backward routes dtop there; average pooling spreads dtop over the window. dbottom is
+// written with =. Caffe's optional second top (the mask as floats) is not supported.
+#include <vector>
+
+#include "lamina/layer.hpp"
+#include "lamina/registry.hpp"
+#include "spatial.hpp"
+
+namespace lamina {
+namespace {
+
+class PoolingLayer : public Layer {
+ public:
+  using Layer::Layer;
+  std::vector<std::string> parameter_messages() const override { return {"pooling_param"}; }
+  std::vector<Operation> operations() const override { return {Operation::kPooling}; }
+
+  void setup(const Tensors& bottom, const Tensors& top) override {
+    const PoolingParameter& p = param_.pooling_param();
+    const Tensor& x = *bottom[0];
+    require_nchw(where(), x);
+    LAMINA_REQUIRE(top[0] != bottom[0], where(), "cannot work in place; give the top its own name");
+    method_ = p.pool() == PoolingParameter::MAX ? PoolMethod::kMax : PoolMethod::kAverage;
+    const auto one = [](bool has, uint32_t v) {
+      return has ? std::vector<int64_t>{v} : std::vector<int64_t>{};
+    };
+    const std::string m = "pooling_param";
+    Extent2 kernel = spatial_setting(where(), m, "kernel_size", "kernel",
+                                     one(p.has_kernel_size(), p.kernel_size()), p.has_kernel_h(),
+                                     p.kernel_h(), p.has_kernel_w(), p.kernel_w(), 0, true);
+    const Extent2 stride = spatial_setting(where(), m, "stride", "stride",
+                                           one(p.has_stride(), p.stride()), p.has_stride_h(),
+                                           p.stride_h(), p.has_stride_w(), p.stride_w(), 1, true);
+    const Extent2 pad = spatial_setting(where(), m, "pad", "pad", one(p.has_pad(), p.pad()),
+                                        p.has_pad_h(), p.pad_h(), p.has_pad_w(), p.pad_w(), 0,
+                                        false);
+    if (p.global_pooling()) {
+      // Caffe: no kernel with global pooling; stride and pad may only restate 1 and 0.
+      LAMINA_REQUIRE(kernel.h == 0 && kernel.w == 0, where(), "pooling_param.global_pooling "
+                     "takes the whole plane as the kernel; remove kernel_size/kernel_h/kernel_w");
+      LAMINA_REQUIRE(stride.h == 1 && stride.w == 1 && pad.h == 0 && pad.w == 0, where(),
+                     "pooling_param.global_pooling needs stride 1 and pad 0, got stride ",
+                     stride.h, "x", stride.w, " and pad ", pad.h, "x", pad.w);
+      kernel = {x.dim(2), x.dim(3)};
+    }
+    LAMINA_REQUIRE(kernel.h > 0 && kernel.w > 0, where(), "pooling_param.kernel_size (or "
+                   "kernel_h and kernel_w, or global_pooling) must be given and positive, got ",
+                   kernel.h, "x", kernel.w);
+    LAMINA_REQUIRE(stride.h > 0 && stride.w > 0, where(), "pooling_param.stride must be "
+                   "positive, got ", stride.h, "x", stride.w);
+    LAMINA_REQUIRE(pad.h < kernel.h && pad.w < kernel.w, where(), "pooling_param.pad ", pad.h,
+                   "x", pad.w, " must be smaller than the kernel ", kernel.h, "x", kernel.w);
+
+    g_ = PoolGeometry{x.dim(0), x.dim(1), x.dim(2), x.dim(3), kernel.h, kernel.w, stride.h,
+                      stride.w, pad.h, pad.w, 0, 0};
+    const bool ceil = p.round_mode() == PoolingParameter::CEIL;
+    g_.out_h = output_size(g_.h, kernel.h, stride.h, pad.h, ceil);
+    g_.out_w = output_size(g_.w, kernel.w, stride.w, pad.w, ceil);
+    LAMINA_REQUIRE(g_.out_h >= 1 && g_.out_w >= 1, where(), "the ", kernel.h, "x", kernel.w,
+                   " kernel does not fit in bottom '", x.name(), "' ", x.shape_string(),
+                   " padded by ", pad.h, "x", pad.w, ": the output would be empty");
+    top[0]->reshape({g_.n, g_.c, g_.out_h, g_.out_w});
+    if (method_ == PoolMethod::kMax) mask_ = Buffer(backend_, sizeof(int32_t) * top[0]->count());
+  }
+
+  void forward(const Tensors& bottom, const Tensors& top) override {
+    backend_.pool_forward(method_, g_, bottom[0]->data(), top[0]->mutable_data(), mask());
+  }
+
+  void backward_input(const Tensors& top, const std::vector<bool>& propagate,
+                      const Tensors& bottom) override {
+    if (!propagate[0]) return;
+    backend_.pool_backward(method_, g_, top[0]->diff(), mask(), bottom[0]->mutable_diff());
+  }
+
+ private:
+  // Caffe's output size, rounded up (ceil) or down, without windows starting in the padding.
+  static int64_t output_size(int64_t in, int64_t k, int64_t stride, int64_t pad, bool ceil) {
+    const int64_t span = in + 2 * pad - k;
+    if (span < 0) return 0;
+    int64_t out = (ceil ? (span + stride - 1) / stride : span / stride) + 1;
+    if (pad > 0 && (out - 1) * stride >= in + pad) --out;
+    return out;
+  }
+  int32_t* mask() const { return method_ == PoolMethod::kMax ? mask_.as<int32_t>() : nullptr; }
+
+  PoolMethod method_ = PoolMethod::kMax;
+  PoolGeometry g_{};
+  Buffer mask_;  // max only: (N, C, OH, OW) arg-max index h * W + w within the bottom plane
+};
+
+}  // namespace
+
+void register_pooling_layer() { register_layer<PoolingLayer>("Pooling"); }
+
+}  // namespace lamina

@@ -1,0 +1,450 @@
+// The convolutional-network operations of the CUDA backend against the Native backend
+// (tier 2): convolution in all three directions, pooling, batch normalisation, the
+// per-channel operations, copy_rows and the element-wise max, each on the same random
+// inputs on both backends and compared at relative error 1e-5 (masks exactly). Then what the
+// CUDA side promises beyond equality: convolution algorithms are searched once per geometry,
+// and backward results are bit-identical run to run.
+//
+// Every test needs a GPU and skips (with the reason) without one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lamina/backend.hpp"
+#include "lamina/common.hpp"
+#include "lamina/cuda.hpp"
+#include "lamina/native_backend.hpp"
+#include "lamina/tensor.hpp"
+#include "test_util.hpp"
+
+namespace lamina::testing {
+namespace {
+
+constexpr double kTol = 1e-5;
+
+// count values of type T in a backend's memory, filled from and read back to the host.
+template <class T>
+class Array {
+ public:
+  Array(Backend& backend, const std::vector<T>& values)
+      : backend_(&backend), count_(values.size()), buffer_(backend, sizeof(T) * values.size()) {
+    backend.copy_from_host(sizeof(T) * count_, values.data(), buffer_.get());
+  }
+  Array(Backend& backend, size_t count, T value = T())
+      : Array(backend, std::vector<T>(count, value)) {}
+
+  T* get() const { return buffer_.as<T>(); }
+  std::vector<T> host() const {
+    std::vector<T> values(count_);
+    backend_->copy_to_host(sizeof(T) * count_, buffer_.get(), values.data());
+    return values;
+  }
+
+ private:
+  Backend* backend_;
+  size_t count_;
+  Buffer buffer_;
+};
+using Floats = Array<float>;
+using Ints = Array<int32_t>;
+
+// One named result of a case; exact results (masks, max values) must match bit for bit.
+struct Output {
+  std::string name;
+  std::vector<float> values;
+  bool exact = false;
+};
+using Outputs = std::vector<Output>;
+
+std::vector<float> as_floats(const std::vector<int32_t>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
+
+// Empty when a and b hold the same bits; otherwise the first difference.
+std::string compare_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) {
+    return "sizes differ: " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      std::ostringstream out;
+      out.precision(9);
+      out << "first difference at [" << i << "]: " << a[i] << " vs " << b[i];
+      return out.str();
+    }
+  }
+  return {};
+}
+
+// Random values rounded to a few levels, so that maxima tie often.
+std::vector<float> coarse_values(int64_t n, uint64_t seed) {
+  std::vector<float> v = random_values(n, seed, -2, 2);
+  for (float& x : v) x = std::round(x * 2) / 2;
+  return v;
+}
+
+// A convolution geometry with the output size derived from the input.
+ConvGeometry conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t kh, int64_t kw,
+                  int64_t stride, int64_t pad, int64_t dilation = 1, int64_t groups = 1) {
+  ConvGeometry g{};
+  g.n = n, g.c = c, g.h = h, g.w = w, g.k = k, g.kh = kh, g.kw = kw;
+  g.stride_h = g.stride_w = stride;
+  g.pad_h = g.pad_w = pad;
+  g.dilation_h = g.dilation_w = dilation;
+  g.groups = groups;
+  g.out_h = (h + 2 * pad - (dilation * (kh - 1) + 1)) / stride + 1;
+  g.out_w = (w + 2 * pad - (dilation * (kw - 1) + 1)) / stride + 1;
+  return g;
+}
+
+std::string describe(const ConvGeometry& g) {
+  std::ostringstream out;
+  out << "x (" << g.n << ", " << g.c << ", " << g.h << ", " << g.w << ") k " << g.k
+      << " kernel " << g.kh << "x" << g.kw << " stride " << g.stride_h << "x" << g.stride_w
+      << " pad " << g.pad_h << "x" << g.pad_w << " dilation " << g.dilation_h << "x"
+      << g.dilation_w << " groups " << g.groups << " -> " << g.out_h << "x" << g.out_w;
+  return out.str();
+}
+
+// Caffe's pooled size: rounded up, and the last window must start inside the image or its
+// left padding.
+int64_t pooled_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad) {
+  int64_t out = (in + 2 * pad - kernel + stride - 1) / stride + 1;
+  if (pad > 0 && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+PoolGeometry pool(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                  int64_t stride, int64_t pad) {
+  PoolGeometry g{};
+  g.n = n, g.c = c, g.h = h, g.w = w, g.kh = kh, g.kw = kw;
+  g.stride_h = g.stride_w = stride;
+  g.pad_h = g.pad_w = pad;
+  g.out_h = pooled_size(h, kh, stride, pad);
+  g.out_w = pooled_size(w, kw, stride, pad);
+  return g;
+}
+
+std::string describe(const PoolGeometry& g) {
+  std::ostringstream out;
+  out << "x (" << g.n << ", " << g.c << ", " << g.h << ", " << g.w << ") kernel " << g.kh << "x"
+      << g.kw << " stride " << g.stride_h << "x" << g.stride_w << " pad " << g.pad_h << "x"
+      << g.pad_w << " -> " << g.out_h << "x" << g.out_w;
+  return out.str();
+}
+
+class CudaConvOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+    cuda_ = std::move(backend);
+  }
+
+  // Runs one case on both backends; every output must agree to kTol (exact ones bit for bit).
+  void expect_same(const std::function<Outputs(Backend&)>& run) {
+    const Outputs expected = run(native_);
+    const Outputs actual = run(*cuda_);
+    ASSERT_EQ(expected.size(), actual.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const std::string diff = expected[i].exact
+                                   ? compare_bits(actual[i].values, expected[i].values)
+                                   : compare(actual[i].values, expected[i].values, kTol);
+      EXPECT_EQ(diff, "") << "output '" << expected[i].name << "' (cuda vs native)";
+    }
+  }
+
+  NativeBackend native_;
+  std::unique_ptr<Backend> cuda_;
+};
+
+// Forward, backward data and backward filter (twice, into non-zero gradients, so that the
+// accumulation shows) of one geometry on a backend.
+Outputs run_conv(Backend& be, const ConvGeometry& g, bool with_bias) {
+  const int64_t x_count = g.n * g.c * g.h * g.w;
+  const int64_t w_count = g.k * (g.c / g.groups) * g.kh * g.kw;
+  const int64_t y_count = g.n * g.k * g.out_h * g.out_w;
+  Floats x(be, random_values(x_count, 1));
+  Floats weight(be, random_values(w_count, 2, -0.5f, 0.5f));
+  Floats bias(be, random_values(g.k, 3));
+  Floats y(be, y_count, std::nanf(""));  // written with =, never read
+  be.conv_forward(g, x.get(), weight.get(), with_bias ? bias.get() : nullptr, y.get());
+
+  Floats dy(be, random_values(y_count, 4));
+  Floats dx(be, x_count, std::nanf(""));
+  be.conv_backward_data(g, weight.get(), dy.get(), dx.get());
+
+  Floats dweight(be, random_values(w_count, 5));
+  Floats dbias(be, random_values(g.k, 6));
+  be.conv_backward_filter(g, x.get(), dy.get(), dweight.get(), with_bias ? dbias.get() : nullptr);
+  be.conv_backward_filter(g, x.get(), dy.get(), dweight.get(), with_bias ? dbias.get() : nullptr);
+  Outputs out = {{"y", y.host()}, {"dx", dx.host()}, {"dweight", dweight.host()}};
+  if (with_bias) out.push_back({"dbias", dbias.host()});
+  return out;
+}
+
+const std::vector<ConvGeometry>& conv_cases() {
+  static const std::vector<ConvGeometry> cases = {
+      conv(2, 3, 9, 11, 4, 3, 3, 1, 1),              // 3x3, same padding
+      conv(3, 4, 10, 7, 5, 3, 2, 2, 0),              // stride 2, non-square kernel
+      conv(2, 3, 13, 12, 4, 5, 5, 3, 1),             // stride not dividing the input
+      conv(2, 3, 12, 12, 4, 3, 3, 1, 2, 2),          // dilation 2
+      conv(2, 4, 8, 9, 6, 3, 3, 1, 1, 1, 2),         // 2 groups
+      conv(2, 6, 8, 8, 6, 3, 3, 2, 1, 1, 6),         // depthwise
+      conv(2, 8, 7, 6, 5, 1, 1, 1, 0),               // pointwise
+      conv(1, 2, 6, 6, 3, 6, 6, 1, 0),               // kernel = image: 1x1 output
+      conv(4, 16, 28, 28, 32, 3, 3, 1, 1),           // a realistic layer
+      conv(4, 32, 14, 14, 64, 3, 3, 2, 1, 1, 4),     // grouped, strided
+  };
+  return cases;
+}
+
+// ---------------------------------------------------------------------------------------
+// Convolution
+// ---------------------------------------------------------------------------------------
+
+TEST_F(CudaConvOpsTest, ConvolutionAllDirections) {
+  for (const ConvGeometry& g : conv_cases()) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << describe(g) << (with_bias ? " with" : " without")
+                                        << " bias");
+      expect_same([&](Backend& be) { return run_conv(be, g, with_bias); });
+    }
+  }
+}
+
+TEST_F(CudaConvOpsTest, ConvolutionBackwardIsBitIdenticalRunToRun) {
+  for (const ConvGeometry& g : {conv(4, 16, 28, 28, 32, 3, 3, 1, 1),
+                                conv(8, 32, 14, 14, 32, 3, 3, 1, 1, 1, 32),
+                                conv(2, 3, 13, 12, 4, 5, 5, 3, 1)}) {
+    SCOPED_TRACE(describe(g));
+    const Outputs first = run_conv(*cuda_, g, true);
+    for (int run = 0; run < 3; ++run) {
+      const Outputs again = run_conv(*cuda_, g, true);
+      ASSERT_EQ(first.size(), again.size());
+      for (size_t i = 0; i < first.size(); ++i) {
+        EXPECT_EQ(compare_bits(again[i].values, first[i].values), "")
+            << "output '" << first[i].name << "', run " << run + 2;
+      }
+    }
+  }
+}
+
+TEST_F(CudaConvOpsTest, ConvolutionAlgorithmsAreSearchedOncePerGeometry) {
+  if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: convolution runs by im2col";
+  // Geometries no other test uses: the plans are kept per device for the whole process.
+  const ConvGeometry a = conv(3, 5, 17, 19, 7, 3, 3, 1, 1);
+  const ConvGeometry b = conv(3, 5, 17, 19, 7, 3, 3, 2, 1);
+  const int64_t before = cuda_diagnostics().conv_algorithm_searches;
+  auto searches = [&] { return cuda_diagnostics().conv_algorithm_searches - before; };
+
+  run_conv(*cuda_, a, true);  // all three directions: one search
+  EXPECT_EQ(searches(), 1);
+  run_conv(*cuda_, a, false);
+  run_conv(*cuda_, a, true);
+  EXPECT_EQ(searches(), 1) << "the same geometry was searched again";
+  auto other = make_cuda_backend(0);  // another backend (another net) on the same device
+  run_conv(*other, a, true);
+  EXPECT_EQ(searches(), 1) << "a second backend on the device searched again";
+
+  // A new geometry starting with a backward pass is searched once too.
+  Floats dy(*cuda_, random_values(b.n * b.k * b.out_h * b.out_w, 7));
+  Floats weight(*cuda_, random_values(b.k * b.c * b.kh * b.kw, 8));
+  Floats dx(*cuda_, b.n * b.c * b.h * b.w);
+  cuda_->conv_backward_data(b, weight.get(), dy.get(), dx.get());
+  EXPECT_EQ(searches(), 2);
+  run_conv(*cuda_, b, true);
+  run_conv(*cuda_, a, true);
+  EXPECT_EQ(searches(), 2);
+  EXPECT_GT(cuda_diagnostics().dnn_handles_created, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Pooling
+// ---------------------------------------------------------------------------------------
+
+TEST_F(CudaConvOpsTest, Pooling) {
+  const std::vector<PoolGeometry> cases = {
+      pool(2, 3, 8, 8, 2, 2, 2, 0),    // dividing, non-overlapping
+      pool(2, 3, 8, 9, 3, 3, 2, 0),    // overlapping, not dividing (rounded up)
+      pool(2, 3, 7, 7, 3, 3, 2, 1),    // padded
+      pool(2, 2, 10, 6, 3, 3, 1, 1),   // stride 1, heavy overlap
+      pool(2, 3, 9, 7, 2, 3, 3, 1),    // non-square kernel, padding cut at the end
+      pool(3, 4, 6, 5, 6, 5, 1, 0),    // global
+      pool(4, 16, 28, 28, 3, 3, 2, 0), // a realistic layer
+  };
+  for (const PoolGeometry& g : cases) {
+    for (PoolMethod method : {PoolMethod::kMax, PoolMethod::kAverage}) {
+      for (bool ties : {false, true}) {
+        if (method == PoolMethod::kAverage && ties) continue;
+        SCOPED_TRACE(::testing::Message()
+                     << describe(g) << (method == PoolMethod::kMax ? " max" : " average")
+                     << (ties ? " with ties" : ""));
+        const int64_t in = g.n * g.c * g.h * g.w, out = g.n * g.c * g.out_h * g.out_w;
+        expect_same([&](Backend& be) -> Outputs {
+          Floats x(be, ties ? coarse_values(in, 1) : random_values(in, 1));
+          Floats y(be, out, std::nanf(""));
+          Ints mask(be, out, -7);
+          const bool max = method == PoolMethod::kMax;
+          be.pool_forward(method, g, x.get(), y.get(), max ? mask.get() : nullptr);
+          Floats dy(be, random_values(out, 2));
+          Floats dx(be, in, std::nanf(""));
+          be.pool_backward(method, g, dy.get(), max ? mask.get() : nullptr, dx.get());
+          Outputs result = {{"y", y.host(), max}, {"dx", dx.host()}};
+          if (max) result.push_back({"mask", as_floats(mask.host()), true});
+          return result;
+        });
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Batch normalisation and per-channel operations
+// ---------------------------------------------------------------------------------------
+
+struct ChannelShape {
+  int64_t outer, channels, inner;
+};
+
+const ChannelShape kChannelShapes[] = {
+    {4, 6, 50},       // conv-style
+    {32, 3, 1},       // fully connected: one value per channel and row
+    {1, 5, 3000},     // one image
+    {8, 16, 14 * 14}, // a realistic layer
+    {2, 700, 3},      // many channels
+};
+
+TEST_F(CudaConvOpsTest, BatchNorm) {
+  for (const ChannelShape& s : kChannelShapes) {
+    SCOPED_TRACE(::testing::Message() << "(" << s.outer << ", " << s.channels << ", " << s.inner
+                                      << ")");
+    const int64_t n = s.outer * s.channels * s.inner;
+    expect_same([&](Backend& be) -> Outputs {
+      Floats x(be, random_values(n, 1, 2.0f, 5.0f));  // an offset mean: variance must be exact
+      Floats mean(be, s.channels, std::nanf(""));
+      Floats var(be, s.channels, std::nanf(""));
+      be.channel_moments(s.outer, s.channels, s.inner, x.get(), mean.get(), var.get());
+      Floats y(be, n, std::nanf(""));
+      Floats inv_std(be, s.channels, std::nanf(""));
+      be.batch_norm_forward(s.outer, s.channels, s.inner, 1e-5f, x.get(), mean.get(), var.get(),
+                            y.get(), inv_std.get());
+      Floats dy(be, random_values(n, 2));
+      Floats dx(be, n, std::nanf(""));
+      be.batch_norm_backward(s.outer, s.channels, s.inner, y.get(), dy.get(), inv_std.get(),
+                             dx.get());
+      // In place, as the BatchNorm layer may run it.
+      be.batch_norm_forward(s.outer, s.channels, s.inner, 1e-3f, x.get(), mean.get(), var.get(),
+                            x.get(), inv_std.get());
+      return {{"mean", mean.host()}, {"var", var.host()},       {"y", y.host()},
+              {"dx", dx.host()},     {"y in place", x.host()}, {"inv_std", inv_std.host()}};
+    });
+  }
+}
+
+TEST_F(CudaConvOpsTest, ChannelAffine) {
+  for (const ChannelShape& s : kChannelShapes) {
+    for (int variant = 0; variant < 4; ++variant) {  // scale and bias, scale, bias, in place
+      SCOPED_TRACE(::testing::Message() << "(" << s.outer << ", " << s.channels << ", "
+                                        << s.inner << ") variant " << variant);
+      const int64_t n = s.outer * s.channels * s.inner;
+      expect_same([&](Backend& be) -> Outputs {
+        Floats x(be, random_values(n, 1));
+        Floats scale(be, random_values(s.channels, 2));
+        Floats bias(be, random_values(s.channels, 3));
+        Floats y(be, n, std::nanf(""));
+        const float* sc = variant == 2 ? nullptr : scale.get();
+        const float* bi = variant == 1 ? nullptr : bias.get();
+        float* out = variant == 3 ? x.get() : y.get();
+        be.channel_affine(s.outer, s.channels, s.inner, x.get(), sc, bi, out);
+        return {{"y", variant == 3 ? x.host() : y.host()}};
+      });
+    }
+  }
+}
+
+TEST_F(CudaConvOpsTest, ChannelReduceAccumulates) {
+  for (const ChannelShape& s : kChannelShapes) {
+    for (bool product : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "(" << s.outer << ", " << s.channels << ", "
+                                        << s.inner << ")" << (product ? " a * b" : " a"));
+      const int64_t n = s.outer * s.channels * s.inner;
+      expect_same([&](Backend& be) -> Outputs {
+        Floats a(be, random_values(n, 1));
+        Floats b(be, random_values(n, 2));
+        Floats out(be, random_values(s.channels, 3));
+        be.channel_reduce(s.outer, s.channels, s.inner, a.get(), product ? b.get() : nullptr,
+                          out.get());
+        be.channel_reduce(s.outer, s.channels, s.inner, a.get(), product ? b.get() : nullptr,
+                          out.get());
+        return {{"out", out.host()}};
+      });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// copy_rows and the element-wise max
+// ---------------------------------------------------------------------------------------
+
+TEST_F(CudaConvOpsTest, CopyRows) {
+  // Concat of (n, 3, 5) and (n, 4, 5) along axis 1: rows n, a source's row is its inner
+  // block, the destination's stride the concatenated row.
+  const int64_t rows = 6, cols_a = 15, cols_b = 20, stride = cols_a + cols_b;
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "copy");
+    expect_same([&](Backend& be) -> Outputs {
+      Floats a(be, random_values(rows * cols_a, 1));
+      Floats b(be, random_values(rows * cols_b, 2));
+      Floats dst(be, random_values(rows * stride, 3));
+      be.copy_rows(rows, cols_a, a.get(), cols_a, dst.get(), stride, accumulate);
+      be.copy_rows(rows, cols_b, b.get(), cols_b, dst.get() + cols_a, stride, accumulate);
+      // And back (Concat's backward): from the strided rows into a dense block.
+      Floats back(be, random_values(rows * cols_b, 4));
+      be.copy_rows(rows, cols_b, dst.get() + cols_a, stride, back.get(), cols_b, accumulate);
+      return {{"dst", dst.host(), true}, {"back", back.host(), true}};
+    });
+  }
+}
+
+TEST_F(CudaConvOpsTest, EltwiseMax) {
+  const int64_t n = 10007;
+  for (bool ties : {false, true}) {
+    SCOPED_TRACE(ties ? "with ties" : "random");
+    expect_same([&](Backend& be) -> Outputs {
+      std::vector<Floats> inputs;
+      for (int i = 0; i < 3; ++i) {
+        inputs.emplace_back(be, ties ? coarse_values(n, 10 + i) : random_values(n, 10 + i));
+      }
+      Floats y(be, n, std::nanf(""));
+      Ints mask(be, n, -7);
+      for (int i = 0; i < 3; ++i) {
+        be.eltwise_max_forward(n, i, inputs[i].get(), y.get(), mask.get());
+      }
+      Floats dy(be, random_values(n, 20));
+      Outputs out = {{"y", y.host(), true}, {"mask", as_floats(mask.host()), true}};
+      for (int i = 0; i < 3; ++i) {
+        Floats dx(be, n, std::nanf(""));
+        be.eltwise_max_backward(n, i, dy.get(), mask.get(), dx.get());
+        out.push_back({"dx" + std::to_string(i), dx.host(), true});
+      }
+      return out;
+    });
+  }
+}
+
+TEST_F(CudaConvOpsTest, SupportsEveryOperation) {
+  for (Operation op : {Operation::kConvolution, Operation::kPooling, Operation::kBatchNorm,
+                       Operation::kChannelAffine, Operation::kEltwiseMax}) {
+    EXPECT_TRUE(cuda_->supports(op)) << operation_name(op);
+  }
+}
+
+}  // namespace
+}  // namespace lamina::testing

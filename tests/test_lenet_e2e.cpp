@@ -1,0 +1,90 @@
+// End to end: LeNet from models/mnist/lenet_*.prototxt (Caffe's net and solver) trains on the
+// real MNIST training set on the CPU and is scored on the real 10,000-image test set; on a
+// GPU its first iterations follow the CPU's loss curve.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "../examples/mnist/mnist_model.hpp"
+#include "lamina/io.hpp"
+#include "lamina/native_backend.hpp"
+#include "lamina/solver.hpp"
+#include "test_util.hpp"
+
+namespace lamina {
+namespace {
+
+// Bounded so that CI (2 cores) trains in well under a minute: 1.07 epochs at batch 64.
+constexpr int kIterations = 1000;
+
+mnist::Model lenet(int epochs) {
+  mnist::ModelOptions options;
+  options.data_dir = testing::mnist_dir();
+  options.epochs = epochs;
+  return mnist::load_model("lenet", options);
+}
+
+TEST(LenetEndToEnd, ModelFilesHoldCaffesLenetSolver) {
+  const std::string path = testing::source_dir() + "/models/mnist/lenet_solver.prototxt";
+  const SolverParameter s = read_solver_parameter(path);
+  EXPECT_FLOAT_EQ(s.base_lr(), 0.01f);
+  EXPECT_FLOAT_EQ(s.momentum(), 0.9f);
+  EXPECT_FLOAT_EQ(s.weight_decay(), 0.0005f);
+  EXPECT_EQ(s.lr_policy(), "inv");
+  EXPECT_FLOAT_EQ(s.gamma(), 1e-4f);
+  EXPECT_FLOAT_EQ(s.power(), 0.75f);
+  EXPECT_EQ(s.max_iter(), 10000);
+  EXPECT_EQ(s.test_iter(0), 100);
+  EXPECT_EQ(lenet(1).batch_size, 64);
+}
+
+TEST(LenetEndToEnd, Reaches97PercentOnTheFullTestSetIn1000IterationsOnTheCpu) {
+  mnist::Model m = lenet(2);
+  NativeBackend backend;
+  Solver solver(m.solver, m.net, backend, m.net_path);
+  const auto start = std::chrono::steady_clock::now();
+  solver.step(kIterations);
+  const float loss = solver.take_mean_loss();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const TestResult result = solver.test();
+  EXPECT_EQ(solver.param().test_iter(0) * 100, 10000) << "the test must cover all 10,000 images";
+  std::printf("LeNet after %d iterations (batch 64) on the CPU: mean train loss %.4f, "
+              "test accuracy %.2f%% on 10,000 images, %.1f s of training\n",
+              kIterations, loss, 100 * result.value("accuracy"), seconds);
+  EXPECT_LT(loss, 0.3f);
+  EXPECT_GE(result.value("accuracy"), 0.97f);
+}
+
+// llm.c's check: the first steps of training on the GPU match the CPU's, loss by loss. Same
+// weights (the fillers are seeded and device-independent), same batches, same updates.
+TEST(LenetEndToEnd, FirstIterationsLossesMatchBetweenCpuAndGpu) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(gpu);
+  constexpr int kSteps = 50;
+  mnist::Model m = lenet(1);
+  m.solver.set_display(1);
+  m.solver.set_average_loss(1);
+  NativeBackend cpu;
+  Solver on_cpu(m.solver, m.net, cpu, m.net_path);
+  Solver on_gpu(m.solver, m.net, *gpu, m.net_path);
+  on_cpu.step(kSteps);
+  on_gpu.step(kSteps);
+  const auto& a = on_cpu.loss_history();
+  const auto& b = on_gpu.loss_history();
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(int(a.size()), kSteps);
+  for (int i = 0; i < kSteps; ++i) {
+    // Summation order differs (cuDNN, cuBLAS vs OpenBLAS); the difference grows with steps.
+    const float tolerance = i < 10 ? 1e-3f : 1e-2f;
+    EXPECT_NEAR(b[i].loss, a[i].loss, tolerance * std::abs(a[i].loss))
+        << "iteration " << a[i].iteration << ": GPU " << b[i].loss << " vs CPU " << a[i].loss;
+  }
+  std::printf("LeNet losses, CPU vs GPU: iteration %d %.5f vs %.5f, iteration %d %.5f vs %.5f\n",
+              a.front().iteration, a.front().loss, b.front().loss, a.back().iteration,
+              a.back().loss, b.back().loss);
+}
+
+}  // namespace
+}  // namespace lamina
