@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -98,6 +99,9 @@ struct LayerCase {
   bool has_ignore = false;
   int ignore_label = 0;
   float lo = -1, hi = 1;   // range of the other bottoms' values
+  // Values 0.05 apart in a shuffled order, so no two lie within the gradient check's step
+  // (max pooling, Eltwise MAX: a step across a tie moves the arg-max).
+  bool distinct_values = false;
   int tops = 1;
   bool in_place = false;   // top 0 is bottom 0
   bool has_gradient = true;
@@ -112,6 +116,7 @@ struct LayerCase {
   LayerCase& labels(int bottom, int c) { label_bottom = bottom, classes = c; return *this; }
   LayerCase& ignore(int label) { has_ignore = true, ignore_label = label; return *this; }
   LayerCase& range(float l, float h) { lo = l, hi = h; return *this; }
+  LayerCase& distinct() { distinct_values = true; return *this; }
   LayerCase& with_tops(int n) { tops = n; return *this; }
   LayerCase& inplace() { in_place = true; return *this; }
   LayerCase& no_gradient() { has_gradient = false; return *this; }
@@ -127,6 +132,12 @@ struct LayerCase {
   }
   std::vector<float> values(size_t i) const {  // bottom i's values, the same on every backend
     const int64_t n = shape_count(bottoms[i]);
+    if (distinct_values && int(i) != label_bottom) {
+      std::vector<float> v(n);
+      for (int64_t k = 0; k < n; ++k) v[k] = 0.05f * float(k - n / 2 + int64_t(i) * n);
+      std::shuffle(v.begin(), v.end(), std::mt19937_64(100 + i));
+      return v;
+    }
     if (int(i) != label_bottom) return random_values(n, 100 + i, lo, hi);
     std::mt19937_64 rng(100 + i);
     std::vector<float> v(n);
@@ -185,6 +196,31 @@ std::vector<LayerCase> layer_cases() {
       LayerCase("DropoutTrain", "type: 'Dropout' dropout_param { dropout_ratio: 0.3 }",
                 {{4, 6}}).replayed(),
       LayerCase("Split", "type: 'Split'", {{3, 2}}).with_tops(3),
+      // Convolutional layers: x (N, C, H, W).
+      LayerCase("ConvStridePad", "type: 'Convolution' convolution_param { num_output: 4 "
+                "kernel_size: 3 stride: 2 pad: 1 weight_filler { type: 'gaussian' std: 0.3 } "
+                "bias_filler { type: 'uniform' min: -0.1 max: 0.1 } }", {{2, 3, 7, 6}}),
+      LayerCase("ConvGroupsDilation", "type: 'Convolution' convolution_param { num_output: 4 "
+                "kernel_h: 3 kernel_w: 2 dilation: 2 group: 2 bias_term: false "
+                "weight_filler { type: 'gaussian' std: 0.3 } }", {{2, 4, 8, 7}}),
+      LayerCase("PoolMaxOverlapping", "type: 'Pooling' pooling_param { pool: MAX kernel_size: 3 "
+                "stride: 2 }", {{2, 3, 7, 6}}).distinct(),
+      LayerCase("PoolAvePadded", "type: 'Pooling' pooling_param { pool: AVE kernel_size: 3 "
+                "stride: 2 pad: 1 }", {{2, 3, 7, 6}}),
+      LayerCase("PoolGlobal", "type: 'Pooling' pooling_param { pool: AVE global_pooling: true }",
+                {{2, 3, 4, 5}}),
+      LayerCase("BatchNormTrain", "type: 'BatchNorm'", {{4, 3, 2, 2}}),
+      LayerCase("ScaleWithBias", "type: 'Scale' scale_param { bias_term: true filler { "
+                "type: 'uniform' min: 0.5 max: 1.5 } bias_filler { type: 'uniform' } }",
+                {{2, 3, 2, 2}}),
+      LayerCase("Bias", "type: 'Bias' bias_param { filler { type: 'uniform' } }", {{2, 3, 2}}),
+      LayerCase("Concat", "type: 'Concat'", {{2, 3, 2}, {2, 1, 2}}),
+      LayerCase("EltwiseSumCoeff", "type: 'Eltwise' eltwise_param { operation: SUM coeff: 1.5 "
+                "coeff: -0.5 }", {{3, 4}, {3, 4}}),
+      LayerCase("EltwiseProd", "type: 'Eltwise' eltwise_param { operation: PROD }",
+                {{3, 4}, {3, 4}, {3, 4}}),
+      LayerCase("EltwiseMax", "type: 'Eltwise' eltwise_param { operation: MAX }",
+                {{3, 4}, {3, 4}}).distinct(),
   };
 }
 
