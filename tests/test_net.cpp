@@ -23,6 +23,7 @@
 #include "lamina/net.hpp"
 #include "lamina/registry.hpp"
 #include "lamina/solver.hpp"
+#include "forwarding_backend.hpp"
 #include "test_util.hpp"
 
 namespace lamina {
@@ -850,6 +851,26 @@ TEST(NetErrors, ANetThatFailedToBuildLeavesTheProcessUsable) {
   net->forward();
   EXPECT_TRUE(std::isfinite(net->loss()));
 }
+
+// A backend without an optional operation is reported when the net is built, naming the
+// layer, never in the middle of training.
+class NoConvolutionBackend final : public testing::ForwardingBackend {
+ public:
+  std::string name() const override { return "no-convolution"; }
+  bool supports(Operation op) const override { return op != Operation::kConvolution; }
+};
+
+TEST(NetBackendOperations, AMissingOperationIsReportedWhenTheNetIsBuilt) {
+  NoConvolutionBackend backend;
+  const NetParameter param = parse_net_parameter(R"(
+    layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 dim: 1 dim: 5 dim: 5 } } }
+    layer { name: "conv1" type: "Convolution" bottom: "x"
+            convolution_param { num_output: 2 kernel_size: 3 } })", "test.prototxt");
+  const std::string message = error_of([&] { Net net(param, TRAIN, backend, 1); });
+  EXPECT_THAT(message, ::testing::HasSubstr("layer 'conv1' (Convolution) needs convolution"));
+  EXPECT_THAT(message, ::testing::HasSubstr("no-convolution backend does not implement"));
+}
+
 
 }  // namespace
 }  // namespace lamina
