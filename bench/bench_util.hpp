@@ -1,6 +1,8 @@
 // What the MNIST benchmarks share: the backend choice and the median training epoch.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -22,6 +24,22 @@ inline double seconds_since(Clock::time_point start) {
 inline std::unique_ptr<Backend> make_backend(int gpu) {
   if (gpu >= 0) return make_cuda_backend(gpu);
   return std::make_unique<NativeBackend>();
+}
+
+// The command line both benchmarks take.
+struct Options {
+  std::vector<int> batch_sizes = {64, 256};
+  int gpu = -1;
+  int repeats = 3;  // epochs timed per batch size
+  mnist::ModelOptions model;
+};
+
+inline void add_options(CLI::App& app, Options& o) {
+  app.add_option("--batch-sizes", o.batch_sizes, "Batch sizes to time")->delimiter(',');
+  app.add_option("--gpu", o.gpu, "Time on this GPU (default: the CPU)");
+  app.add_option("--epochs", o.repeats, "Epochs timed per batch size; the median is reported")
+      ->capture_default_str();
+  app.add_option("--data-dir", o.model.data_dir, "Directory holding the MNIST IDX files");
 }
 
 struct EpochTiming {

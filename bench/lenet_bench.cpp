@@ -70,33 +70,26 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = 1;
 
-  std::vector<int> batch_sizes = {64, 256};
-  int gpu = -1;
-  int repeats = 3;
+  lamina::bench::Options o;
   int layer_iterations = 20;
-  lamina::mnist::ModelOptions options;
   CLI::App app{"LeNet epoch time, and the convolutions' share of it"};
-  app.add_option("--batch-sizes", batch_sizes, "Batch sizes to time")->delimiter(',');
-  app.add_option("--gpu", gpu, "Time on this GPU (default: the CPU)");
-  app.add_option("--epochs", repeats, "Epochs timed per batch size; the median is reported")
-      ->capture_default_str();
+  lamina::bench::add_options(app, o);
   app.add_option("--layer-iterations", layer_iterations,
                  "Iterations timed layer by layer for the convolutions' share")
       ->capture_default_str();
-  app.add_option("--data-dir", options.data_dir, "Directory holding the MNIST IDX files");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    LAMINA_REQUIRE(repeats > 0 && layer_iterations > 0,
+    LAMINA_REQUIRE(o.repeats > 0 && layer_iterations > 0,
                    "--epochs and --layer-iterations must be > 0");
-    std::unique_ptr<lamina::Backend> backend = lamina::bench::make_backend(gpu);
+    std::unique_ptr<lamina::Backend> backend = lamina::bench::make_backend(o.gpu);
     std::printf("LeNet (conv 20 5x5, pool, conv 50 5x5, pool, 500, ReLU, 10) on %s\n",
                 backend->name().c_str());
     std::printf("%6s %8s %10s %12s %10s %10s %10s %11s %10s\n", "batch", "iters", "epoch_s",
                 "samples/s", "iter_ms", "conv_ms", "layers_ms", "conv_share", "conv_GF/s");
-    for (int batch : batch_sizes) {
+    for (int batch : o.batch_sizes) {
       lamina::bench::EpochTiming timing =
-          lamina::bench::time_epochs("lenet", batch, repeats, options, *backend);
+          lamina::bench::time_epochs("lenet", batch, o.repeats, o.model, *backend);
       const lamina::mnist::Model& m = timing.model;
       lamina::Solver& solver = *timing.solver;
       const double epoch = timing.epoch_seconds;

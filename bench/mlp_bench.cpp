@@ -86,32 +86,25 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = 1;
 
-  std::vector<int> batch_sizes = {64, 256};
-  int gpu = -1;
-  int repeats = 3;
-  lamina::mnist::ModelOptions options;
+  lamina::bench::Options o;
   CLI::App app{"MNIST MLP epoch time against the sgemm rate at its shapes"};
-  app.add_option("--batch-sizes", batch_sizes, "Batch sizes to time")->delimiter(',');
-  app.add_option("--gpu", gpu, "Time on this GPU (default: the CPU)");
-  app.add_option("--epochs", repeats, "Epochs timed per batch size; the median is reported")
-      ->capture_default_str();
-  app.add_option("--data-dir", options.data_dir, "Directory holding the MNIST IDX files");
+  lamina::bench::add_options(app, o);
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::unique_ptr<lamina::Backend> backend = lamina::bench::make_backend(gpu);
+    std::unique_ptr<lamina::Backend> backend = lamina::bench::make_backend(o.gpu);
     std::printf("MNIST MLP 784-512-512-10 on %s\n", backend->name().c_str());
     std::printf("%6s %8s %12s %14s %14s %12s %8s\n", "batch", "iters", "epoch_s", "samples/s",
                 "gemm_GFLOP", "sgemm_GF/s", "ratio");
-    for (int batch : batch_sizes) {
+    for (int batch : o.batch_sizes) {
       const lamina::bench::EpochTiming timing =
-          lamina::bench::time_epochs("mlp", batch, repeats, options, *backend);
+          lamina::bench::time_epochs("mlp", batch, o.repeats, o.model, *backend);
       const lamina::mnist::Model& m = timing.model;
       const double epoch = timing.epoch_seconds;
 
       const std::vector<Gemm> gemms = mlp_gemms(batch);
       const double epoch_flops = flops(gemms) * m.iters_per_epoch;
-      if (gpu >= 0) {  // the reference on a GPU is PyTorch (bench/pytorch_mlp.py), not OpenBLAS
+      if (o.gpu >= 0) {  // on a GPU the reference is bench/pytorch_mlp.py
         std::printf("%6d %8d %12.4f %14.0f %14.1f %12s %8s\n", batch, m.iters_per_epoch, epoch,
                     m.iters_per_epoch * double(batch) / epoch, epoch_flops / 1e9, "-", "-");
         continue;
@@ -121,7 +114,7 @@ int main(int argc, char** argv) {
                   m.iters_per_epoch * double(batch) / epoch, epoch_flops / 1e9, rate / 1e9,
                   epoch / (epoch_flops / rate));
     }
-    if (gpu < 0) {
+    if (o.gpu < 0) {
       std::printf("ratio = epoch time / (epoch GEMM FLOPs / sgemm rate at the same shapes); "
                   "target <= 1.5 on the CPU\n");
     }
