@@ -154,8 +154,8 @@ SolverParameter solver_param(const std::string& settings, const std::string& mor
 }
 
 std::vector<float> arena_of(Net& net) {
-  std::vector<float> host(net.arena_count());
-  net.backend().copy_to_host(sizeof(float) * host.size(), net.param_data(), host.data());
+  std::vector<float> host(net.arena().count());
+  net.backend().copy_to_host(sizeof(float) * host.size(), net.arena().data(), host.data());
   return host;
 }
 
@@ -349,7 +349,7 @@ TEST(Weights, MissingOrMisshapenParametersChangeNothing) {
   Net net(parse_net_parameter(tiny_net(dir), "tiny"), TRAIN, backend, 1);
   const std::vector<float> before = arena_of(net);
 
-  std::vector<SnapshotRecord> records = weights_records(net);
+  std::vector<SnapshotRecord> records = arena_records(net.arena(), net.arena().data(), "");
   records.erase(records.begin() + 2);  // fc2/weight
   write_bytes(dir / "missing.lamina", encode_snapshot(SnapshotKind::kWeights, records));
   for (WeightsMatch match : {WeightsMatch::kExact, WeightsMatch::kRequireAll}) {
@@ -357,14 +357,14 @@ TEST(Weights, MissingOrMisshapenParametersChangeNothing) {
                 AllOf(HasSubstr(dir / "missing.lamina"), HasSubstr("missing parameter 'fc2/weight'"),
                       HasSubstr("layer 'fc2'")));
   }
-  records = weights_records(net);
+  records = arena_records(net.arena(), net.arena().data(), "");
   records[0] = SnapshotRecord::of_floats("fc1/weight", {16, 35}, std::vector<float>(16 * 35, 1));
   write_bytes(dir / "misshapen.lamina", encode_snapshot(SnapshotKind::kWeights, records));
   EXPECT_THAT(error_of([&] { load_weights(net, dir / "misshapen.lamina", WeightsMatch::kFineTune); }),
               AllOf(HasSubstr("layer 'fc1'"), HasSubstr("(16, 36) in the net"),
                     HasSubstr("(16, 35) in the file"), HasSubstr("rename the layer")));
   // Resuming wants exactly this net's parameters, nothing more.
-  records = weights_records(net);
+  records = arena_records(net.arena(), net.arena().data(), "");
   records.push_back(SnapshotRecord::of_floats("fc9/weight", {2}, {1, 2}));
   write_bytes(dir / "extra.lamina", encode_snapshot(SnapshotKind::kWeights, records));
   EXPECT_THAT(error_of([&] { load_weights(net, dir / "extra.lamina", WeightsMatch::kExact); }),
@@ -388,7 +388,7 @@ TEST(Weights, FineTuningKeepsTheFillersOfNewLayers) {
   EXPECT_EQ(report.kept_filler, (std::vector<std::string>{"fc_new/weight", "fc_new/bias"}));
   EXPECT_EQ(report.ignored, (std::vector<std::string>{"fc2/weight", "fc2/bias"}));
   const std::vector<float> now = arena_of(fresh), source = arena_of(trained);
-  for (const ParamInfo& info : fresh.param_table()) {
+  for (const ParamInfo& info : fresh.arena().table()) {
     const std::vector<float>& expected = info.layer == "fc1" ? source : filled;
     EXPECT_EQ(0, std::memcmp(now.data() + info.offset, expected.data() + info.offset,
                              sizeof(float) * info.count))
@@ -665,7 +665,11 @@ TEST(SnapshotFailure, AnUnwritableDirectoryStopsBeforeTrainingOrIsLogged) {
     Solver going_on(solver_param(kSgd, "max_iter: 4 snapshot: 2 snapshot_failure: CONTINUE "
                                        "snapshot_prefix: \"" + prefix + "\""),
                     net, backend);
-    going_on.solve();
+    // It trains to the end, then reports that nothing was saved (a non-zero exit status).
+    EXPECT_THAT(error_of([&] { going_on.solve(); }),
+                AllOf(HasSubstr("training finished at iteration 4 but its final snapshot could "
+                                "not be written"),
+                      HasSubstr(prefix), HasSubstr("no snapshot is on disk")));
     EXPECT_EQ(going_on.iter(), 4);
     EXPECT_TRUE(going_on.last_snapshot().empty());
   }
@@ -679,7 +683,8 @@ TEST(SnapshotFailure, AnUnwritableDirectoryStopsBeforeTrainingOrIsLogged) {
 }
 
 // A disk that fills in the middle of training (RLIMIT_FSIZE in a child: writes past 64 KiB
-// fail with EFBIG): STOP ends the run with the path; CONTINUE trains to the end.
+// fail with EFBIG): STOP ends the run with the path; CONTINUE trains to the end, then
+// reports that its final snapshot is not on disk.
 TEST(SnapshotFailure, ADiskFullMidRunStopsCleanlyOrGoesOn) {
   TempDir dir;
   write_tiny_data(dir);
@@ -702,10 +707,12 @@ TEST(SnapshotFailure, ADiskFullMidRunStopsCleanlyOrGoesOn) {
         code = solver.iter() == 6 ? 10 : 11;
       } catch (const Error& e) {
         const std::string m = e.what();
-        code = m.find(dir / policy) != std::string::npos &&
-                       m.find("File too large") != std::string::npos &&
-                       m.find("training stopped at iteration 3") != std::string::npos
-                   ? 20
+        const bool named = m.find(dir / policy) != std::string::npos &&
+                           m.find("File too large") != std::string::npos;
+        code = named && m.find("training stopped at iteration 3") != std::string::npos ? 20
+               : named && m.find("training finished at iteration 6 but its final snapshot") !=
+                              std::string::npos
+                   ? 10
                    : 21;
         if (code == 21) std::fprintf(stderr, "unexpected message: %s\n", m.c_str());
       }
@@ -839,7 +846,10 @@ TEST(NonFinite, ContinueTrainsOnWithoutWritingBadSnapshots) {
   Solver solver(solver_param(kSgd, "display: 0 max_iter: 10 snapshot: 2 nonfinite: CONTINUE "
                                    "snapshot_prefix: \"" + (dir / "c") + "\""),
                 parse_net_parameter(poisoned_net(dir, 3, "backward"), "poisoned"), backend);
-  solver.solve();
+  EXPECT_THAT(error_of([&] { solver.solve(); }),
+              AllOf(HasSubstr("training finished at iteration 10 but its final snapshot could "
+                              "not be written"),
+                    HasSubstr("non-finite"), HasSubstr("c_iter_2.solverstate")));
   EXPECT_EQ(solver.iter(), 10);
   EXPECT_TRUE(fs::exists(dir / "c_iter_2.solverstate"));
   EXPECT_FALSE(fs::exists(dir / "c_iter_4.lamina"));   // NaN weights from iteration 3 on
