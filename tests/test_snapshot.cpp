@@ -374,6 +374,44 @@ TEST(Weights, MissingOrMisshapenParametersChangeNothing) {
   EXPECT_TRUE(same_bits(arena_of(net), before));
 }
 
+// A run fine-tuned from PREFIX_iter_N.lamina, with the same prefix, would overwrite that
+// file at iteration N: refused before training, naming it, whether N comes from `snapshot`
+// or is the final iteration. Another prefix trains, and a file it will not reach is fine.
+TEST(Weights, FineTuningNeverOverwritesTheFileItStartedFrom) {
+  TempDir dir;
+  write_tiny_data(dir);
+  NativeBackend backend;
+  const NetParameter net = parse_net_parameter(tiny_net(dir), "tiny");
+  const std::string prefix = dir / "run";
+  Solver first(solver_param(kSgd, "max_iter: 4 snapshot: 2 snapshot_prefix: \"" + prefix + "\""),
+               net, backend);
+  first.solve();
+  const std::string source = prefix + "_iter_4.lamina";
+  for (const char* settings : {"max_iter: 6 snapshot: 2", "max_iter: 4 snapshot: 0"}) {
+    Solver again(solver_param(kSgd, std::string(settings) + " snapshot_prefix: \"" + prefix + "\""),
+                 net, backend);
+    load_weights(again.net(), source, WeightsMatch::kFineTune);
+    again.protect_file(source);
+    const auto before = fs::last_write_time(source);
+    EXPECT_THAT(error_of([&] { again.solve(); }),
+                AllOf(HasSubstr("iteration 4"), HasSubstr(source),
+                      HasSubstr("training did not start"))) << settings;
+    EXPECT_EQ(again.iter(), 0);
+    EXPECT_EQ(fs::last_write_time(source), before);
+  }
+  Solver elsewhere(solver_param(kSgd, "max_iter: 4 snapshot: 2 snapshot_prefix: \"" +
+                                          (dir / "tuned") + "\""),
+                   net, backend);
+  elsewhere.protect_file(source);
+  elsewhere.solve();
+  EXPECT_EQ(elsewhere.iter(), 4);
+  // snapshot() itself refuses to write over a protected file.
+  Solver direct(solver_param(kSgd, "max_iter: 4 snapshot_prefix: \"" + prefix + "\""), net, backend);
+  direct.protect_file(prefix + "_iter_0.solverstate");
+  EXPECT_THAT(error_of([&] { direct.snapshot(); }),
+              AllOf(HasSubstr("would overwrite"), HasSubstr(prefix + "_iter_0.solverstate")));
+}
+
 // Fine-tuning: a renamed output layer keeps its filler and is reported; the rest loads.
 TEST(Weights, FineTuningKeepsTheFillersOfNewLayers) {
   TempDir dir;
@@ -871,6 +909,8 @@ TEST(NonFinite, ADivergingSolverStopsAndKeepsTheLastGoodSnapshot) {
     const std::string message = error_of([&] { solver.solve(); });
     EXPECT_THAT(message, AllOf(HasSubstr("iteration"), HasSubstr("layer '")));
     EXPECT_THAT(message, ::testing::AnyOf(HasSubstr("training diverged"), HasSubstr("refusing")));
+    // It says what to change rather than implying the last snapshot will not diverge again.
+    EXPECT_THAT(message, AllOf(HasSubstr("lower base_lr (now 1e+30)"), HasSubstr("clip_gradients")));
     EXPECT_LT(solver.iter(), 100);
     int good = 0;
     for (const auto& entry : fs::directory_iterator(dir.path())) {
