@@ -16,6 +16,7 @@
 //     snapshot and exit 0, the effect flags, and resuming with --snapshot; `lamina test`;
 //   - sizes: zero, negative and overflowing dimensions are errors, not allocations.
 #include <gmock/gmock.h>
+#include <glog/logging.h>
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -410,6 +411,43 @@ TEST(Weights, FineTuningNeverOverwritesTheFileItStartedFrom) {
   direct.protect_file(prefix + "_iter_0.solverstate");
   EXPECT_THAT(error_of([&] { direct.snapshot(); }),
               AllOf(HasSubstr("would overwrite"), HasSubstr(prefix + "_iter_0.solverstate")));
+}
+
+// Collects glog warnings while it lives.
+class WarningSink : public google::LogSink {
+ public:
+  WarningSink() { google::AddLogSink(this); }
+  ~WarningSink() override { google::RemoveLogSink(this); }
+  void send(google::LogSeverity severity, const char*, const char*, int, const struct ::tm*,
+            const char* message, size_t length) override {
+    if (severity == google::GLOG_WARNING) text += std::string(message, length) + "\n";
+  }
+  std::string text;
+};
+
+// Snapshots every iteration of a small net write far more than 100 MB per second of
+// training: warned about once, with the figures and the interval that would do.
+TEST(SnapshotRate, WritingFasterThan100MBPerSecondIsWarnedAbout) {
+  TempDir dir;
+  write_tiny_data(dir);
+  NativeBackend backend;
+  const NetParameter net = parse_net_parameter(tiny_net(dir, 1000), "tiny");  // 150 KB a snapshot
+  {
+    WarningSink sink;
+    Solver solver(solver_param(kSgd, "display: 0 max_iter: 6 snapshot: 1 snapshot_prefix: \"" +
+                                         (dir / "fast") + "\""),
+                  net, backend);
+    solver.solve();
+    EXPECT_THAT(sink.text, AllOf(HasSubstr("snapshot: 1 writes"), HasSubstr("MB/s"),
+                                 HasSubstr("raise snapshot to at least")));
+    EXPECT_EQ(sink.text.find("snapshot: 1 writes"), sink.text.rfind("snapshot: 1 writes"));
+  }
+  WarningSink quiet;
+  Solver solver(solver_param(kSgd, "display: 0 max_iter: 6 snapshot: 100000 snapshot_prefix: \"" +
+                                       (dir / "slow") + "\""),
+                net, backend);
+  solver.solve();
+  EXPECT_THAT(quiet.text, Not(HasSubstr("MB/s")));
 }
 
 // Fine-tuning: a renamed output layer keeps its filler and is reported; the rest loads.

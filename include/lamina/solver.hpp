@@ -146,9 +146,10 @@ class Solver {
   bool snapshot_as_configured(const char* why);
   // Refuses, before training, a run whose snapshots would overwrite a protected file.
   void check_protected_files() const;
-  // Warns once when periodic snapshots of `bytes` would write more than 100 MB per second
-  // of training.
-  void warn_about_snapshot_rate(size_t bytes, std::chrono::steady_clock::time_point now);
+  // Warns once when periodic snapshots of `bytes` (written from start to end) would write
+  // more than 100 MB per second of training.
+  void warn_about_snapshot_rate(size_t bytes, std::chrono::steady_clock::time_point start,
+                                std::chrono::steady_clock::time_point end);
 
   SolverParameter param_;
   Backend& backend_;

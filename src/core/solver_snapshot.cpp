@@ -157,7 +157,7 @@ SnapshotPaths Solver::snapshot() {
   write_file_atomically(paths.weights, weights_bytes);
   write_file_atomically(paths.state, state_bytes);
   const auto end = std::chrono::steady_clock::now();
-  warn_about_snapshot_rate(weights_bytes.size() + state_bytes.size(), end);
+  warn_about_snapshot_rate(weights_bytes.size() + state_bytes.size(), start, end);
   last_snapshot_ = paths;
   last_snapshot_iter_ = iter_;
   const double ms = std::chrono::duration<double, std::milli>(end - start).count();
@@ -166,13 +166,14 @@ SnapshotPaths Solver::snapshot() {
   return paths;
 }
 
-void Solver::warn_about_snapshot_rate(size_t bytes, std::chrono::steady_clock::time_point now) {
-  // The time per iteration since the last snapshot (or since training started), times the
-  // snapshot interval: how long training runs between two periodic snapshots.
+void Solver::warn_about_snapshot_rate(size_t bytes, std::chrono::steady_clock::time_point start,
+                                      std::chrono::steady_clock::time_point end) {
+  // The training time per iteration since the last snapshot was written (or training
+  // started), times the snapshot interval: how long training runs between two snapshots.
   const int since = iter_ - rate_reference_iter_;
-  const double seconds = std::chrono::duration<double>(now - rate_reference_time_).count();
+  const double seconds = std::chrono::duration<double>(start - rate_reference_time_).count();
   rate_reference_iter_ = iter_;
-  rate_reference_time_ = now;
+  rate_reference_time_ = end;
   if (rate_warned_ || param_.snapshot() <= 0 || since <= 0 || seconds <= 0) return;
   const double interval = seconds / since * param_.snapshot();
   const double rate = bytes / interval;
