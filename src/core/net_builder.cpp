@@ -288,7 +288,18 @@ void Net::set_up_layers(NetPlan& plan) {
       }
       top_tensors.push_back(blobs_[io.tops.back()].get());
     }
+    // In place (a top that is also a bottom): refused before setup where the result would be
+    // wrong (the layer does not support it, or it would overwrite values that another blob
+    // shares or an earlier layer's backward reads). See check_in_place in layer.hpp.
     try {
+      if (works_in_place(bottom_tensors, top_tensors)) {
+        std::vector<EarlierLayer> earlier;
+        for (size_t j = 0; j < i; ++j) {
+          earlier.push_back({plan.layers[j].get(), {}});
+          for (int t : io_[j].tops) earlier.back().tops.push_back(blobs_[t].get());
+        }
+        check_in_place(*plan.layers[i], bottom_tensors, top_tensors, earlier);
+      }
       plan.layers[i]->setup(bottom_tensors, top_tensors);
     } catch (const Error& e) {
       rethrow(plan, plan.flat[i], e);

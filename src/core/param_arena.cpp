@@ -3,7 +3,10 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <set>
+
+#include "lamina/host_memory.hpp"
 
 namespace lamina {
 
@@ -19,6 +22,18 @@ ParamArena::ParamArena(Backend& backend, std::vector<ParamInfo> table)
                    kMaxElements, " values in all");
     info.offset = count_;
     count_ += padded;
+  }
+  // Before any of it is touched: weights and gradients (host memory on a host backend) and
+  // the host array the net's fillers write, each count_ floats.
+  if (!table_.empty()) {
+    const ParamInfo& largest = *std::max_element(
+        table_.begin(), table_.end(),
+        [](const ParamInfo& a, const ParamInfo& b) { return a.count < b.count; });
+    require_host_memory(uint64_t(backend_.is_host() ? 3 : 1) * sizeof(float) * count_,
+                        "the parameter arena (" + std::to_string(count_) +
+                            " values: weights, gradients and the fillers' host array; the "
+                            "largest parameter is '" + largest.name + "' " +
+                            shape_string(largest.shape) + " of layer '" + largest.layer + "')");
   }
   data_ = Buffer(backend_, sizeof(float) * count_);
   diff_ = Buffer(backend_, sizeof(float) * count_);
