@@ -1,5 +1,6 @@
-// Solver: learning-rate policies, the training loop and testing. Every SolverParameter field
-// is checked at construction against what the chosen policy and update rule use.
+// Solver: the training loop and testing. Every SolverParameter field is checked at
+// construction against what the chosen policy and update rule use; the learning rate at each
+// iteration comes from lr_policy.cpp.
 #include "lamina/solver.hpp"
 
 #include <glog/logging.h>
@@ -14,6 +15,7 @@
 
 #include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
+#include "lamina/lr_policy.hpp"
 #include "lamina/native_backend.hpp"
 #include "lamina/snapshot.hpp"
 
@@ -185,26 +187,7 @@ std::unique_ptr<Backend> make_solver_backend(SolverParameter& param, int gpu) {
   return std::make_unique<NativeBackend>();
 }
 
-float Solver::learning_rate() const {
-  const SolverParameter& p = param_;
-  const double base = p.base_lr();
-  const double it = iter_;
-  const std::string& policy = p.lr_policy();
-  if (policy == "fixed") return base;
-  if (policy == "step") return base * std::pow(p.gamma(), std::floor(it / p.stepsize()));
-  if (policy == "exp") return base * std::pow(p.gamma(), it);
-  if (policy == "inv") return base * std::pow(1.0 + p.gamma() * it, -p.power());
-  if (policy == "multistep") {
-    int passed = 0;
-    while (passed < p.stepvalue_size() && iter_ >= p.stepvalue(passed)) ++passed;
-    return base * std::pow(p.gamma(), passed);
-  }
-  if (policy == "poly") return base * std::pow(1.0 - std::min(it / p.max_iter(), 1.0), p.power());
-  if (policy == "sigmoid") return base / (1.0 + std::exp(-p.gamma() * (it - p.stepsize())));
-  if (policy == "cosine")
-    return base * 0.5 * (1.0 + std::cos(M_PI * std::min(it / p.max_iter(), 1.0)));
-  fail("lr_policy '", policy, "' is unknown");
-}
+float Solver::learning_rate() const { return float(lamina::learning_rate(param_, iter_)); }
 
 void Solver::solve() {
   LOG(INFO) << "Solving " << net_->name() << " on " << backend_.name() << " for "
