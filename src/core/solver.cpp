@@ -1,5 +1,5 @@
-// Solver: learning-rate policies, the training loop and testing. Every SolverParameter field
-// is checked at construction against what the chosen policy and update rule use.
+// Solver: the training loop and testing. The SolverParameter is checked at construction
+// (solver_config.cpp); the learning rate at each iteration comes from lr_policy.cpp.
 #include "lamina/solver.hpp"
 
 #include <glog/logging.h>
@@ -14,100 +14,12 @@
 
 #include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
+#include "lamina/lr_policy.hpp"
 #include "lamina/native_backend.hpp"
 #include "lamina/snapshot.hpp"
+#include "lamina/solver_config.hpp"
 
 namespace lamina {
-namespace {
-
-UpdateRule parse_rule(const std::string& type) {
-  if (type == "SGD") return UpdateRule::kSGD;
-  if (type == "Nesterov") return UpdateRule::kNesterov;
-  if (type == "Adam") return UpdateRule::kAdam;
-  if (type == "AdamW") return UpdateRule::kAdamW;
-  if (type == "RMSProp") return UpdateRule::kRMSProp;
-  if (type == "AdaGrad") return UpdateRule::kAdaGrad;
-  fail("solver type '", type, "' is unknown; use SGD, Nesterov, Adam, AdamW, RMSProp or AdaGrad");
-}
-
-// Rejects fields that are set but that the chosen policy and rule would not use.
-void check_fields(const SolverParameter& p, UpdateRule rule) {
-  const std::string& policy = p.lr_policy();
-  struct Uses {
-    bool gamma, power, stepsize, stepvalue, max_iter;
-  };
-  Uses uses{};
-  if (policy == "fixed") {
-  } else if (policy == "step") {
-    uses = {true, false, true, false, false};
-  } else if (policy == "multistep") {
-    uses = {true, false, false, true, false};
-  } else if (policy == "exp") {
-    uses = {true, false, false, false, false};
-  } else if (policy == "inv") {
-    uses = {true, true, false, false, false};
-  } else if (policy == "poly") {
-    uses = {false, true, false, false, true};
-  } else if (policy == "sigmoid") {
-    uses = {true, false, true, false, false};
-  } else if (policy == "cosine") {
-    uses = {false, false, false, false, true};
-  } else {
-    fail("lr_policy '", policy, "' is unknown; use fixed, step, multistep, exp, inv, poly, "
-         "sigmoid or cosine");
-  }
-  auto need = [&](bool used, bool set, const char* field) {
-    if (used && !set) fail("lr_policy '", policy, "' needs ", field);
-    if (!used && set) fail(field, " is set but lr_policy '", policy, "' does not use it");
-  };
-  need(uses.gamma, p.has_gamma(), "gamma");
-  need(uses.power, p.has_power(), "power");
-  need(uses.stepsize, p.has_stepsize(), "stepsize");
-  need(uses.stepvalue, p.stepvalue_size() > 0, "stepvalue");
-  if (uses.max_iter) LAMINA_REQUIRE(p.max_iter() > 0, "lr_policy '", policy, "' needs max_iter");
-  if (uses.stepsize) LAMINA_REQUIRE(p.stepsize() > 0, "stepsize must be > 0");
-  for (int i = 1; i < p.stepvalue_size(); ++i)
-    LAMINA_REQUIRE(p.stepvalue(i) > p.stepvalue(i - 1), "stepvalue must increase; got ",
-                   p.stepvalue(i - 1), " then ", p.stepvalue(i));
-
-  const bool adam = rule == UpdateRule::kAdam || rule == UpdateRule::kAdamW;
-  const bool momentum_rule = rule == UpdateRule::kSGD || rule == UpdateRule::kNesterov || adam;
-  const char* type = p.type().c_str();
-  if (p.has_momentum() && !momentum_rule) fail("momentum is set but solver type ", type, " does not use it");
-  if (p.has_momentum2() && !adam) fail("momentum2 is set but solver type ", type, " does not use it");
-  if (p.has_rms_decay() && rule != UpdateRule::kRMSProp)
-    fail("rms_decay is set but solver type ", type, " does not use it");
-  if (p.has_delta() && (rule == UpdateRule::kSGD || rule == UpdateRule::kNesterov))
-    fail("delta is set but solver type ", type, " does not use it");
-  LAMINA_REQUIRE(p.regularization_type() == "L2" || p.regularization_type() == "L1",
-                 "regularization_type '", p.regularization_type(), "' is unknown; use L2 or L1");
-  LAMINA_REQUIRE(p.has_base_lr() && p.base_lr() > 0, "base_lr must be set and > 0");
-  LAMINA_REQUIRE(p.iter_size() >= 1, "iter_size must be >= 1, got ", p.iter_size());
-  LAMINA_REQUIRE(p.average_loss() >= 1, "average_loss must be >= 1, got ", p.average_loss());
-  LAMINA_REQUIRE(p.display() >= 0, "display must be >= 0");
-  LAMINA_REQUIRE(p.max_iter() >= 0, "max_iter must be >= 0");
-  LAMINA_REQUIRE(p.weight_decay() >= 0, "weight_decay must be >= 0");
-  LAMINA_REQUIRE(p.test_iter_size() <= 1, "one test net is supported: give one test_iter");
-  if (p.has_device_id())
-    LAMINA_REQUIRE(p.solver_mode() == SolverParameter::GPU, "device_id is set but solver_mode "
-                   "is CPU; set solver_mode: GPU (or train with --gpu N)");
-  LAMINA_REQUIRE(p.test_interval() >= 0, "test_interval must be >= 0");
-  if (p.test_interval() > 0)
-    LAMINA_REQUIRE(p.test_iter_size() == 1 && p.test_iter(0) > 0,
-                   "test_interval is set: give test_iter, the number of test batches");
-  if (p.test_iter_size() == 1)
-    LAMINA_REQUIRE(p.test_iter(0) > 0, "test_iter must be > 0, got ", p.test_iter(0));
-  if (p.has_test_initialization())
-    LAMINA_REQUIRE(p.test_interval() > 0,
-                   "test_initialization is set but no test_interval says when to test");
-  LAMINA_REQUIRE(p.snapshot() >= 0, "snapshot must be >= 0 (0: no periodic snapshots)");
-  if (p.snapshot() > 0)
-    LAMINA_REQUIRE(!p.snapshot_prefix().empty(), "snapshot is ", p.snapshot(),
-                   " but snapshot_prefix is not set; say where snapshots go "
-                   "(snapshot_prefix: \"dir/name\")");
-}
-
-}  // namespace
 
 float TestResult::value(const std::string& name) const {
   for (const auto& output : outputs)
@@ -120,8 +32,8 @@ float TestResult::value(const std::string& name) const {
 Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Backend& backend,
                const std::string& source)
     : param_(param), backend_(backend) {
-  args_.rule = parse_rule(param.type());
-  check_fields(param, args_.rule);
+  check_solver_parameter(param, {}, TestRunner::kCaller);  // the caller may run test() itself
+  args_.rule = parse_solver_type(param);
   if (param.has_solver_mode()) {
     const bool gpu = param.solver_mode() == SolverParameter::GPU;
     LAMINA_REQUIRE(gpu != backend.is_host(), "solver_mode is ",
@@ -172,6 +84,7 @@ std::unique_ptr<Solver> Solver::from_file(const std::string& solver_path, Backen
 std::unique_ptr<Solver> Solver::create(const SolverParameter& param,
                                        const std::string& solver_path, Backend& backend) {
   LAMINA_REQUIRE(param.has_net(), solver_path, ": the solver names no net (net: \"file.prototxt\")");
+  check_solver_parameter(param, solver_path);  // before the net is read, naming solver_path:line
   const std::string net_path = resolve_path(param.net(), solver_path);
   return std::make_unique<Solver>(param, read_net_parameter(net_path), backend, net_path);
 }
@@ -185,26 +98,7 @@ std::unique_ptr<Backend> make_solver_backend(SolverParameter& param, int gpu) {
   return std::make_unique<NativeBackend>();
 }
 
-float Solver::learning_rate() const {
-  const SolverParameter& p = param_;
-  const double base = p.base_lr();
-  const double it = iter_;
-  const std::string& policy = p.lr_policy();
-  if (policy == "fixed") return base;
-  if (policy == "step") return base * std::pow(p.gamma(), std::floor(it / p.stepsize()));
-  if (policy == "exp") return base * std::pow(p.gamma(), it);
-  if (policy == "inv") return base * std::pow(1.0 + p.gamma() * it, -p.power());
-  if (policy == "multistep") {
-    int passed = 0;
-    while (passed < p.stepvalue_size() && iter_ >= p.stepvalue(passed)) ++passed;
-    return base * std::pow(p.gamma(), passed);
-  }
-  if (policy == "poly") return base * std::pow(1.0 - std::min(it / p.max_iter(), 1.0), p.power());
-  if (policy == "sigmoid") return base / (1.0 + std::exp(-p.gamma() * (it - p.stepsize())));
-  if (policy == "cosine")
-    return base * 0.5 * (1.0 + std::cos(M_PI * std::min(it / p.max_iter(), 1.0)));
-  fail("lr_policy '", policy, "' is unknown");
-}
+float Solver::learning_rate() const { return float(lamina::learning_rate(param_, iter_)); }
 
 void Solver::solve() {
   LOG(INFO) << "Solving " << net_->name() << " on " << backend_.name() << " for "
