@@ -18,6 +18,8 @@
 #include <set>
 #include <sstream>
 
+#include "lamina/file_access.hpp"
+
 namespace lamina {
 namespace {
 
@@ -371,31 +373,24 @@ SnapshotFile decode_snapshot(const std::string& bytes, SnapshotKind kind,
 }
 
 SnapshotFile read_snapshot_file(const std::string& path, SnapshotKind kind) {
-  const std::string what = std::string(snapshot_kind_name(kind)) + " file '" + path + "': ";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(what, "cannot open: ", std::strerror(errno));
-  struct stat st {};
-  std::string bytes;
-  try {
-    if (fstat(fd, &st) != 0) fail(what, "cannot stat: ", std::strerror(errno));
-    if (S_ISDIR(st.st_mode)) fail(what, "is a directory");
-    if (!S_ISREG(st.st_mode)) fail(what, "is not a regular file");
-    bytes.resize(size_t(st.st_size));
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t got = ::read(fd, &bytes[done], bytes.size() - done);
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) fail(what, "read error: ", std::strerror(errno));
-      if (got == 0) break;  // shrank while we read: the size check below reports it
-      done += size_t(got);
-    }
-    bytes.resize(done);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
-  return decode_snapshot(bytes, kind, path);
+  InputFile file(path, std::string(snapshot_kind_name(kind)) + " file");
+  // The header first: a foreign file (a data set given as --weights) is refused by its magic,
+  // and a damaged one by the length its header announces, before the rest is read.
+  const size_t minimum = kSnapshotHeaderBytes + kSnapshotTrailerBytes;
+  std::string bytes(size_t(std::min<int64_t>(file.size(), kSnapshotHeaderBytes)), '\0');
+  bytes.resize(file.read(bytes.data(), bytes.size()));
+  if (file.size() <= int64_t(minimum)) return decode_snapshot(file.read_all(minimum), kind, path);
+  if (bytes.size() < kSnapshotHeaderBytes || std::memcmp(bytes.data(), magic_of(kind), 8) != 0)
+    return decode_snapshot(bytes, kind, path);  // refuses it: bad magic (or it shrank)
+  const uint64_t payload = get_le(reinterpret_cast<const unsigned char*>(bytes.data()) + 16, 8);
+  const uint64_t size = uint64_t(file.size());
+  if (payload > size - minimum)
+    fail(file.prefix(), "truncated: the header announces ", payload, " bytes of payload (",
+         minimum, " more with the header and checksum), the file has ", size);
+  if (payload < size - minimum)
+    fail(file.prefix(), "has ", size - minimum - payload, " unexpected bytes after its checksum (",
+         size, " bytes where the header announces ", payload + minimum, ")");
+  return decode_snapshot(file.read_all(file.size()), kind, path);  // at most the size stat'd
 }
 
 // ---------------------------------------------------------------------------------------
