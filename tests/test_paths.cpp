@@ -3,8 +3,8 @@
 // a name or path too long, a missing or unreadable file (as user nobody when the tests run
 // as root), or an oversized text file, is one lamina::Error naming the path, what the file
 // is used as, and the problem; never a hang (each read runs on a thread with a deadline), a
-// crash or unbounded memory. Also: size checks before a file is read whole (IDX headers:
-// test_data.cpp).
+// crash or unbounded memory. Also: the prototxt nesting depth limit, and size checks before
+// a file is read whole (IDX headers: test_data.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -323,6 +323,45 @@ TEST(FileSizes, AHugeForeignOrDamagedSnapshotIsRefusedFromItsHeader) {
   EXPECT_THAT(error_of([&] { read_snapshot_file(path, SnapshotKind::kWeights); }),
               AllOf(HasSubstr("truncated"), HasSubstr("announces 100 bytes"),
                     HasSubstr("the file has 60")));
+}
+
+// ---------------------------------------------------------------------------------------
+// Nesting depth
+
+// `depth` Sequential containers, one inside the other, around a ReLU: the ReLU's
+// `layer { }` is at depth `depth + 1`.
+std::string nested_net(int depth, bool closed = true) {
+  std::string text = "layer { name: \"in\" type: \"Input\" top: \"x\" "
+                     "input_param { shape { dim: 2 dim: 3 } } }\n";
+  for (int i = 0; i < depth; ++i) text += "layer { type: \"Sequential\"\n";
+  text += "layer { name: \"relu\" type: \"ReLU\" }\n";
+  if (closed)
+    for (int i = 0; i < depth; ++i) text += "}\n";
+  return text;
+}
+
+TEST(PrototxtDepth, NestingBeyondTheLimitIsRefusedNamingFileAndLimit) {
+  TempDir dir;
+  const std::string path = dir / "deep.prototxt";
+  for (int depth : {kMaxPrototxtDepth, 5000, 200000}) {  // 200000 would overflow the stack
+    write_bytes(path, nested_net(depth, depth != 200000));
+    EXPECT_THAT(error_of([&] { read_net_parameter(path); }),
+                AllOf(HasSubstr(path + ":" + std::to_string(kMaxPrototxtDepth + 2) + ":"),
+                      HasSubstr("recursion limit of 100"),
+                      HasSubstr("Messages nest at most 100 deep")))
+        << depth;
+  }
+}
+
+// At the limit, the file parses and the net builder flattens all of it (its recursion is
+// bounded by the parser's).
+TEST(PrototxtDepth, NestingAtTheLimitBuilds) {
+  const NetParameter param = parse_net_parameter(nested_net(kMaxPrototxtDepth - 1), "deep");
+  NativeBackend backend;
+  Net net(param, TEST, backend, 1);
+  std::string name = "layer1/";  // unnamed containers: "layer<index>"
+  for (int i = 1; i < kMaxPrototxtDepth - 1; ++i) name += "layer0/";
+  EXPECT_TRUE(net.has_blob(name + "relu")) << net.blob_names().back();
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // the file and line where that layer starts.
 //
 // Files are opened through file_access.hpp: a directory, FIFO, device, symlink loop or a
-// file over kMaxTextFileBytes (64 MiB) is refused with the path and the problem.
+// file over kMaxTextFileBytes (64 MiB) is refused with the path and the problem. Messages
+// nest at most kMaxPrototxtDepth deep; a deeper file is refused by the parser, so nothing
+// that walks a parsed message (protobuf itself, the net builder flattening Sequential
+// containers) recurses deeper than that.
 #pragma once
 
 #include <string>
@@ -11,6 +14,11 @@
 #include "lamina.pb.h"
 
 namespace lamina {
+
+// The deepest nesting of messages a prototxt may have. Each message inside another is one
+// level: `layer { }` in a net is 1, a layer in a Sequential 2, its `*_param { }` 3, a
+// filler in that 4. Real nets stay under 20.
+constexpr int kMaxPrototxtDepth = 100;
 
 NetParameter read_net_parameter(const std::string& path);
 SolverParameter read_solver_parameter(const std::string& path);

@@ -21,6 +21,12 @@ class Collector : public pb::io::ErrorCollector {
     if (!text_.empty()) text_ += "\n";
     text_ += source_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) +
              ": " + message;
+    // protobuf says "Message is too deep, the parser exceeded the configured recursion
+    // limit of N."; say what counts as a level.
+    if (message.find("recursion limit") != std::string::npos)
+      text_ += " Messages nest at most " + std::to_string(kMaxPrototxtDepth) +
+               " deep (each `layer { }` or `*_param { }` inside another is one level); "
+               "flatten the nesting of Sequential containers";
   }
   void AddWarning(int line, pb::io::ColumnNumber column, const std::string& message) override {
     AddError(line, column, "warning: " + message);
@@ -37,6 +43,7 @@ Message parse(const std::string& text, const std::string& source, const char* wh
   Message message;
   Collector collector(source.empty() ? std::string("<text>") : source);
   pb::TextFormat::Parser parser;
+  parser.SetRecursionLimit(kMaxPrototxtDepth);
   parser.RecordErrorsTo(&collector);
   if (!parser.ParseFromString(text, &message)) {
     fail("cannot read ", what, " ", source, ":\n", collector.text());
@@ -87,6 +94,7 @@ int layer_line(const std::string& path, const std::vector<int>& index_path) {
   NetParameter param;
   pb::TextFormat::ParseInfoTree tree;
   pb::TextFormat::Parser parser;
+  parser.SetRecursionLimit(kMaxPrototxtDepth);
   parser.WriteLocationsTo(&tree);
   if (!parser.ParseFromString(text, &param)) return 0;
 
