@@ -3,17 +3,20 @@
 // a name or path too long, a missing or unreadable file (as user nobody when the tests run
 // as root), or an oversized text file, is one lamina::Error naming the path, what the file
 // is used as, and the problem; never a hang (each read runs on a thread with a deadline), a
-// crash or unbounded memory. Also: the prototxt nesting depth limit, and size checks before
-// a file is read whole (IDX headers: test_data.cpp).
+// crash or unbounded memory. Also: the prototxt nesting depth limit, size checks before a
+// file is read whole (IDX headers: test_data.cpp), and snapshot writes to bad prefixes and
+// under a file-size limit (EFBIG).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -362,6 +365,51 @@ TEST(PrototxtDepth, NestingAtTheLimitBuilds) {
   std::string name = "layer1/";  // unnamed containers: "layer<index>"
   for (int i = 1; i < kMaxPrototxtDepth - 1; ++i) name += "layer0/";
   EXPECT_TRUE(net.has_blob(name + "relu")) << net.blob_names().back();
+}
+
+// ---------------------------------------------------------------------------------------
+// Writing
+
+TEST(SnapshotWrites, BadPrefixesAreOneMessageWithThePath) {
+  TempDir dir;
+  write_bytes(dir / "plain", "x");
+  fs::create_symlink("loop", dir / "loop");
+  struct Case {
+    std::string prefix, problem;
+  };
+  std::string deep = dir / "";
+  while (deep.size() < 5000) deep += "dddddddddd/";
+  for (const Case& c : {Case{dir / std::string(300, 'p'), "File name too long"},
+                        Case{dir / "plain/run", "Not a directory"},
+                        Case{dir / "loop/run", "Too many levels of symbolic links"},
+                        Case{deep + "run", "File name too long"}}) {
+    EXPECT_THAT(error_of([&] { check_writable(c.prefix); }),
+                AllOf(HasSubstr("cannot write snapshots to " + quoted_path(c.prefix + "*")),
+                      HasSubstr(c.problem)))
+        << c.prefix.substr(0, 100);
+    EXPECT_THAT(error_of([&] { write_file_atomically(c.prefix + "_iter_1.lamina", "data"); }),
+                AllOf(HasSubstr("cannot write " + quoted_path(c.prefix + "_iter_1.lamina")),
+                      HasSubstr(c.problem)))
+        << c.prefix.substr(0, 100);
+  }
+  EXPECT_THAT(error_of([&] { check_writable(dir / std::string(300, 'p')); }),
+              HasSubstr("255 in each name"));
+}
+
+// A file-size limit is a write error like a full disk (in a child: the limit is per process;
+// SIGXFSZ ignored, as lamina_tool does).
+TEST(SnapshotWrites, AFileSizeLimitIsAWriteErrorWithAHint) {
+  TempDir dir;
+  const std::string path = dir / "w.lamina";
+  const std::string message = in_child([&] {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit {4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    return message_of([&] { write_file_atomically(path, std::string(1 << 16, 'x')); });
+  });
+  EXPECT_THAT(message, AllOf(HasSubstr("cannot write '" + path + "'"), HasSubstr("File too large"),
+                             HasSubstr("the file-size limit (ulimit -f) was reached")));
+  EXPECT_TRUE(fs::is_empty(dir / "")) << "the partial file stays";
 }
 
 }  // namespace
