@@ -166,6 +166,22 @@ TEST_F(DataTest, IdxAbsurdDimensions) {
               AllOf(HasSubstr(path("huge")), HasSubstr("absurd")));
 }
 
+// A header announcing more values than the file can hold is refused before any is read:
+// plain, by the file's size; gzip, by the most deflate expands (1032:1), so 1000 bytes of
+// gzip cannot claim 47 MB.
+TEST_F(DataTest, IdxHeaderLargerThanTheFileIsRefusedBeforeReading) {
+  write_idx(path("images"), 0x803, {60000, 28, 28}, std::vector<uint8_t>(100, 0));
+  EXPECT_THAT(error_of([&] { read_idx(path("images")); }),
+              AllOf(HasSubstr("IDX data file '" + path("images") + "'"),
+                    HasSubstr("need 47040000 bytes"), HasSubstr("only 100 available")));
+  write_idx(path("images.gz"), 0x803, {60000, 28, 28}, std::vector<uint8_t>(10000, 0), true);
+  ASSERT_LT(std::filesystem::file_size(path("images.gz")), 47040000u / 1032);
+  EXPECT_THAT(error_of([&] { read_idx(path("images.gz")); }),
+              AllOf(HasSubstr("IDX data file '" + path("images.gz") + "'"),
+                    HasSubstr("need 47040000 bytes"), HasSubstr("more than a gzip file of"),
+                    HasSubstr("can inflate to")));
+}
+
 // ---- Input ----
 
 TEST_F(DataTest, InputShapesTopsAndKeepsFedValues) {

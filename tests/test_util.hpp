@@ -2,10 +2,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
@@ -81,6 +84,36 @@ inline std::string error_of(const std::function<void()>& fn) {
   if (!::lamina::cuda_compiled()) GTEST_SKIP() << "built without CUDA";            \
   if (::lamina::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device present"; \
   std::unique_ptr<::lamina::Backend> var = ::lamina::make_cuda_backend(0)
+
+// A fresh directory under the system's temporary directory, removed (with everything in
+// it, whatever its permissions) when the object goes.
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ = std::filesystem::temp_directory_path() /
+            ("lamina_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::add, ignored);
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+}
 
 inline std::string source_dir() {
   const char* env = std::getenv("LAMINA_SOURCE_DIR");

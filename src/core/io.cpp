@@ -4,10 +4,9 @@
 #include <google/protobuf/text_format.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "lamina/common.hpp"
+#include "lamina/file_access.hpp"
 
 namespace lamina {
 namespace {
@@ -22,6 +21,12 @@ class Collector : public pb::io::ErrorCollector {
     if (!text_.empty()) text_ += "\n";
     text_ += source_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) +
              ": " + message;
+    // protobuf says "Message is too deep, the parser exceeded the configured recursion
+    // limit of N."; say what counts as a level.
+    if (message.find("recursion limit") != std::string::npos)
+      text_ += " Messages nest at most " + std::to_string(kMaxPrototxtDepth) +
+               " deep (each `layer { }` or `*_param { }` inside another is one level); "
+               "flatten the nesting of Sequential containers";
   }
   void AddWarning(int line, pb::io::ColumnNumber column, const std::string& message) override {
     AddError(line, column, "warning: " + message);
@@ -38,6 +43,7 @@ Message parse(const std::string& text, const std::string& source, const char* wh
   Message message;
   Collector collector(source.empty() ? std::string("<text>") : source);
   pb::TextFormat::Parser parser;
+  parser.SetRecursionLimit(kMaxPrototxtDepth);
   parser.RecordErrorsTo(&collector);
   if (!parser.ParseFromString(text, &message)) {
     fail("cannot read ", what, " ", source, ":\n", collector.text());
@@ -47,20 +53,18 @@ Message parse(const std::string& text, const std::string& source, const char* wh
 
 }  // namespace
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path);
-  LAMINA_REQUIRE(in.good(), "cannot open '", path, "': ",
-                 std::filesystem::exists(path) ? "permission denied" : "no such file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+std::string read_text_file(const std::string& path, const std::string& what) {
+  return read_user_file(path, what, kMaxTextFileBytes);
 }
 
 std::string resolve_path(const std::string& path, const std::string& relative_to) {
   namespace fs = std::filesystem;
-  if (path.empty() || fs::path(path).is_absolute() || fs::exists(path)) return path;
+  // The error_code overloads: a symlink loop or a name too long is "does not exist" here,
+  // and reported by whoever opens the path.
+  std::error_code ignored;
+  if (path.empty() || fs::path(path).is_absolute() || fs::exists(path, ignored)) return path;
   const fs::path candidate = fs::path(relative_to).parent_path() / path;
-  return fs::exists(candidate) ? candidate.string() : path;
+  return fs::exists(candidate, ignored) ? candidate.string() : path;
 }
 
 NetParameter parse_net_parameter(const std::string& text, const std::string& source) {
@@ -72,24 +76,27 @@ SolverParameter parse_solver_parameter(const std::string& text, const std::strin
 }
 
 NetParameter read_net_parameter(const std::string& path) {
-  return parse_net_parameter(read_text_file(path), path);
+  return parse_net_parameter(read_text_file(path, "net file"), path);
 }
 
 SolverParameter read_solver_parameter(const std::string& path) {
-  return parse_solver_parameter(read_text_file(path), path);
+  return parse_solver_parameter(read_text_file(path, "solver file"), path);
 }
 
 int layer_line(const std::string& path, const std::vector<int>& index_path) {
   if (path.empty() || index_path.empty()) return 0;
-  std::ifstream in(path);
-  if (!in.good()) return 0;
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::string text;
+  try {
+    text = read_text_file(path, "net file");
+  } catch (const Error&) {
+    return 0;  // replaced since it was parsed: the message goes without a line
+  }
   NetParameter param;
   pb::TextFormat::ParseInfoTree tree;
   pb::TextFormat::Parser parser;
+  parser.SetRecursionLimit(kMaxPrototxtDepth);
   parser.WriteLocationsTo(&tree);
-  if (!parser.ParseFromString(text.str(), &param)) return 0;
+  if (!parser.ParseFromString(text, &param)) return 0;
 
   const pb::FieldDescriptor* net_layer = NetParameter::descriptor()->FindFieldByName("layer");
   const pb::FieldDescriptor* nested = LayerParameter::descriptor()->FindFieldByName("layer");

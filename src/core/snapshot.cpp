@@ -18,6 +18,8 @@
 #include <set>
 #include <sstream>
 
+#include "lamina/file_access.hpp"
+
 namespace lamina {
 namespace {
 
@@ -152,12 +154,20 @@ size_t element_size(SnapshotRecord::Type type) {
   return 0;
 }
 
+// A hint for errno `error` from creating or writing a snapshot file; "" when none helps.
 std::string errno_hint(int error) {
   switch (error) {
     case ENOSPC:
     case EDQUOT: return " (the disk is full: free space or point snapshot_prefix elsewhere)";
+    case EFBIG: return " (the file-size limit (ulimit -f) was reached: raise it)";
     case ENOENT: return " (the directory does not exist: create it or change snapshot_prefix)";
-    case ENOTDIR: return " (a part of the path is not a directory)";
+    case ENOTDIR: return " (a part of the path is a file, not a directory: change snapshot_prefix)";
+    case EISDIR: return " (a directory has this name: move it or change snapshot_prefix)";
+    case ELOOP:
+      return " (symbolic links on the path form a loop: `readlink -f` shows where they lead)";
+    case ENAMETOOLONG:
+      return " (the path is too long: at most 4095 bytes in all and 255 in each name between "
+             "slashes, counting the suffix Lamina adds; shorten snapshot_prefix)";
     case EACCES:
     case EPERM:
     case EROFS: return " (the directory is not writable: change its permissions or snapshot_prefix)";
@@ -371,31 +381,24 @@ SnapshotFile decode_snapshot(const std::string& bytes, SnapshotKind kind,
 }
 
 SnapshotFile read_snapshot_file(const std::string& path, SnapshotKind kind) {
-  const std::string what = std::string(snapshot_kind_name(kind)) + " file '" + path + "': ";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(what, "cannot open: ", std::strerror(errno));
-  struct stat st {};
-  std::string bytes;
-  try {
-    if (fstat(fd, &st) != 0) fail(what, "cannot stat: ", std::strerror(errno));
-    if (S_ISDIR(st.st_mode)) fail(what, "is a directory");
-    if (!S_ISREG(st.st_mode)) fail(what, "is not a regular file");
-    bytes.resize(size_t(st.st_size));
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t got = ::read(fd, &bytes[done], bytes.size() - done);
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) fail(what, "read error: ", std::strerror(errno));
-      if (got == 0) break;  // shrank while we read: the size check below reports it
-      done += size_t(got);
-    }
-    bytes.resize(done);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
-  return decode_snapshot(bytes, kind, path);
+  InputFile file(path, std::string(snapshot_kind_name(kind)) + " file");
+  // The header first: a foreign file (a data set given as --weights) is refused by its magic,
+  // and a damaged one by the length its header announces, before the rest is read.
+  const size_t minimum = kSnapshotHeaderBytes + kSnapshotTrailerBytes;
+  std::string bytes(size_t(std::min<int64_t>(file.size(), kSnapshotHeaderBytes)), '\0');
+  bytes.resize(file.read(bytes.data(), bytes.size()));
+  if (file.size() <= int64_t(minimum)) return decode_snapshot(file.read_all(minimum), kind, path);
+  if (bytes.size() < kSnapshotHeaderBytes || std::memcmp(bytes.data(), magic_of(kind), 8) != 0)
+    return decode_snapshot(bytes, kind, path);  // refuses it: bad magic (or it shrank)
+  const uint64_t payload = get_le(reinterpret_cast<const unsigned char*>(bytes.data()) + 16, 8);
+  const uint64_t size = uint64_t(file.size());
+  if (payload > size - minimum)
+    fail(file.prefix(), "truncated: the header announces ", payload, " bytes of payload (",
+         minimum, " more with the header and checksum), the file has ", size);
+  if (payload < size - minimum)
+    fail(file.prefix(), "has ", size - minimum - payload, " unexpected bytes after its checksum (",
+         size, " bytes where the header announces ", payload + minimum, ")");
+  return decode_snapshot(file.read_all(file.size()), kind, path);  // at most the size stat'd
 }
 
 // ---------------------------------------------------------------------------------------
@@ -410,9 +413,9 @@ void write_fully(int fd, const void* data, size_t size, const std::string& path)
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int error = errno;
-      fail("cannot write '", path, "': ", std::strerror(error), errno_hint(error));
+      fail("cannot write ", quoted_path(path), ": ", std::strerror(error), errno_hint(error));
     }
-    if (n == 0) fail("cannot write '", path, "': the write made no progress");
+    if (n == 0) fail("cannot write ", quoted_path(path), ": the write made no progress");
     done += size_t(n);
   }
 }
@@ -422,33 +425,34 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int error = errno;
-    fail("cannot write '", path, "': cannot create '", tmp, "': ", std::strerror(error),
-         errno_hint(error));
+    fail("cannot write ", quoted_path(path), ": cannot create ", quoted_path(tmp), ": ",
+         std::strerror(error), errno_hint(error));
   }
   auto give_up = [&](const std::string& step, int error) {
     ::close(fd);
     ::unlink(tmp.c_str());
-    fail("cannot write '", path, "': ", step, ": ", std::strerror(error), errno_hint(error));
+    fail("cannot write ", quoted_path(path), ": ", step, ": ", std::strerror(error),
+         errno_hint(error));
   };
   try {
     write_fully(fd, bytes.data(), bytes.size(), tmp);
   } catch (const Error& e) {
     ::close(fd);
     ::unlink(tmp.c_str());
-    fail("cannot write '", path, "' (", e.what(), ")");
+    fail("cannot write ", quoted_path(path), " (", e.what(), ")");
   }
-  if (::fsync(fd) != 0) give_up("fsync of '" + tmp + "'", errno);
+  if (::fsync(fd) != 0) give_up("fsync of " + quoted_path(tmp), errno);
   if (::close(fd) != 0) {
     const int error = errno;
     ::unlink(tmp.c_str());
-    fail("cannot write '", path, "': close of '", tmp, "': ", std::strerror(error),
-         errno_hint(error));
+    fail("cannot write ", quoted_path(path), ": close of ", quoted_path(tmp), ": ",
+         std::strerror(error), errno_hint(error));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int error = errno;
     ::unlink(tmp.c_str());
-    fail("cannot write '", path, "': rename from '", tmp, "': ", std::strerror(error),
-         errno_hint(error));
+    fail("cannot write ", quoted_path(path), ": rename from ", quoted_path(tmp), ": ",
+         std::strerror(error), errno_hint(error));
   }
   // Make the rename itself durable. Some file systems cannot sync a directory (EINVAL);
   // the file is in place either way.
@@ -466,8 +470,8 @@ void check_writable(const std::string& path) {
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int error = errno;
-    fail("cannot write snapshots to '", path, "*' in directory '", directory_of(path), "': ",
-         std::strerror(error), errno_hint(error));
+    fail("cannot write snapshots to ", quoted_path(path + "*"), " in directory ",
+         quoted_path(directory_of(path)), ": ", std::strerror(error), errno_hint(error));
   }
   ::close(fd);
   ::unlink(probe.c_str());
