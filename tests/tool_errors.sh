@@ -27,7 +27,7 @@ expect_error() {  # expect_error "description" "pattern" command...
   fi
 }
 
-expect_error "missing solver file" "lamina: error: cannot open 'no_such_solver.prototxt'" \
+expect_error "missing solver file" "lamina: error: solver file 'no_such_solver.prototxt': cannot open" \
   "$lamina" train --solver no_such_solver.prototxt
 expect_error "unknown solver field" "malformed_solver.prototxt:3:.*max_iterations" \
   "$lamina" train --solver malformed_solver.prototxt
