@@ -21,9 +21,9 @@
 #include <memory>
 #include <new>
 
+#include "lamina/backend_factory.hpp"
 #include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
-#include "lamina/native_backend.hpp"
 #include "lamina/net.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina/solver.hpp"
@@ -113,8 +113,7 @@ double ms_since(Clock::time_point start) {
 }
 
 std::unique_ptr<lamina::Backend> make_backend(int gpu) {
-  if (gpu < 0) return std::make_unique<lamina::NativeBackend>();
-  return lamina::make_cuda_backend(gpu);
+  return lamina::make_backend(gpu < 0 ? "cpu" : "cuda:" + std::to_string(gpu));
 }
 
 struct TrainOptions {
@@ -145,7 +144,8 @@ int train(const TrainOptions& o) {
     param.set_snapshot_prefix((std::filesystem::path(param.snapshot_prefix()) /
                                std::filesystem::path(o.solver_path).stem()).string());
   }
-  auto backend = lamina::make_solver_backend(param, o.gpu);  // --gpu wins over solver_mode
+  // --gpu wins over solver_mode
+  auto backend = lamina::make_solver_backend(param, o.gpu < 0 ? "" : "cuda:" + std::to_string(o.gpu));
   std::cout << "Training on " << backend->name() << std::endl;
   auto solver = lamina::Solver::create(param, o.solver_path, *backend);
   if (!o.snapshot.empty()) {
@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
       if (count_only) {
         std::cout << lamina::cuda_device_count() << "\n";
       } else if (name_of >= 0) {
-        std::cout << lamina::make_cuda_backend(name_of)->name() << "\n";
+        std::cout << lamina::make_backend("cuda:" + std::to_string(name_of))->name() << "\n";
       } else {
         std::cout << lamina::cuda_device_query();
       }

@@ -16,8 +16,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "lamina/cuda.hpp"
-#include "lamina/native_backend.hpp"
+#include "lamina/backend_factory.hpp"
 #include "lamina/solver.hpp"
 #include "mnist_model.hpp"
 
@@ -54,17 +53,13 @@ int run(Options o) {
   if (mo.models_dir.empty()) mo.models_dir = root + "/models/mnist";
   if (mo.data_dir.empty()) mo.data_dir = root + "/data/mnist";
 
-  const lamina::mnist::Model m = lamina::mnist::load_model(model_file(o.model), mo);
+  lamina::mnist::Model m = lamina::mnist::load_model(model_file(o.model), mo);
   const int epochs = mo.epochs;
   const int batch = m.batch_size;
   const int iters_per_epoch = m.iters_per_epoch;
 
-  std::unique_ptr<lamina::Backend> backend;
-  if (o.gpu >= 0) {
-    backend = lamina::make_cuda_backend(o.gpu);
-  } else {
-    backend = std::make_unique<lamina::NativeBackend>();
-  }
+  std::unique_ptr<lamina::Backend> backend =
+      lamina::make_solver_backend(m.solver, o.gpu < 0 ? "" : "cuda:" + std::to_string(o.gpu));
   lamina::Solver trainer(m.solver, m.net, *backend, m.net_path);
   std::printf("%s %s on %s: batch %d, lr %g (%s), momentum %g, weight decay %g, "
               "%d epochs of %d iterations\n",

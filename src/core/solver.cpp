@@ -12,9 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
-#include "lamina/native_backend.hpp"
 #include "lamina/snapshot.hpp"
 
 namespace lamina {
@@ -218,15 +216,6 @@ std::unique_ptr<Solver> Solver::create(const SolverParameter& param,
   LAMINA_REQUIRE(param.has_net(), solver_path, ": the solver names no net (net: \"file.prototxt\")");
   const std::string net_path = resolve_path(param.net(), solver_path);
   return std::make_unique<Solver>(param, read_net_parameter(net_path), backend, net_path);
-}
-
-std::unique_ptr<Backend> make_solver_backend(SolverParameter& param, int gpu) {
-  if (gpu >= 0) {
-    param.set_solver_mode(SolverParameter::GPU);
-    param.set_device_id(gpu);
-  }
-  if (param.solver_mode() == SolverParameter::GPU) return make_cuda_backend(param.device_id());
-  return std::make_unique<NativeBackend>();
 }
 
 float Solver::learning_rate() const {
