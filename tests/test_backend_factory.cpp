@@ -127,7 +127,12 @@ TEST(BackendFactory, NoOverrideFollowsTheSolverFile) {
   EXPECT_TRUE(make_solver_backend(param)->is_host());
   param.set_solver_mode(SolverParameter::GPU);
   param.set_device_id(cuda_device_count());
-  EXPECT_THAT(error_of([&] { make_solver_backend(param); }), HasSubstr("was requested"));
+  // The error says that the solver's fields chose the GPU, and how they choose the CPU.
+  EXPECT_THAT(error_of([&] { make_solver_backend(param); }),
+              AllOf(HasSubstr("was requested"),
+                    HasSubstr("the solver's solver_mode is GPU, device_id " +
+                              std::to_string(param.device_id()) +
+                              "; solver_mode: CPU trains on the CPU")));
   EXPECT_THAT(error_of([&] { make_solver_backend(param, "gpu"); }),
               HasSubstr("unknown backend 'gpu'"));
 }

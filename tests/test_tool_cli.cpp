@@ -112,8 +112,8 @@ TEST(Parse, EveryMistakeIsOneLineAndExitStatus1) {
 
 TEST(FlagHints, AddTheFlagOfAFieldTheMessageNames) {
   const std::vector<FieldFlag> flags = {
-      {"nonfinite: CONTINUE", "--nonfinite", "--nonfinite continue"},
-      {"snapshot_failure: CONTINUE", "--snapshot-failure", "--snapshot-failure continue"}};
+      {"nonfinite: CONTINUE", "--nonfinite continue"},
+      {"snapshot_failure: CONTINUE", "--snapshot-failure continue"}};
   EXPECT_EQ(with_flag_hints("diverged; set nonfinite: CONTINUE to train on", flags, "lamina train"),
             "diverged; set nonfinite: CONTINUE to train on (lamina train: --nonfinite continue "
             "for nonfinite: CONTINUE)");

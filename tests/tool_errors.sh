@@ -5,41 +5,9 @@
 set -u
 lamina="$1"
 cd "$(dirname "$0")/data"
-failures=0
-cases=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# check STATUS "description" "pattern" command...: the command exits with STATUS and its
-# output matches pattern; an error (status 1) is one message, without a crash. A message
-# must not suggest a flag the user did not give: set `forbid` to a pattern the output must
-# not hold (it applies to the next case only).
-forbid=""
-check() {
-  local expected="$1" what="$2" pattern="$3"
-  shift 3
-  local out status
-  cases=$((cases + 1))
-  out=$("$@" 2>&1)
-  status=$?
-  if [ "$status" -ne "$expected" ]; then
-    echo "FAIL: $what: exit status $status, expected $expected"; echo "$out"; failures=$((failures + 1))
-  elif ! echo "$out" | grep -q -- "$pattern"; then
-    echo "FAIL: $what: output lacks '$pattern'"; echo "$out"; failures=$((failures + 1))
-  elif echo "$out" | grep -q -e "Check failed" -e "Aborted" -e "terminate called" -e "\*\*\*"; then
-    echo "FAIL: $what: crashed instead of reporting"; echo "$out"; failures=$((failures + 1))
-  elif [ "$expected" -eq 1 ] && { [ "$(echo "$out" | grep -c -- "error")" -ne 1 ] ||
-                                  echo "$out" | grep -q "Run with --help"; }; then
-    echo "FAIL: $what: not one message"; echo "$out"; failures=$((failures + 1))
-  elif [ -n "$forbid" ] && echo "$out" | grep -q -- "$forbid"; then
-    echo "FAIL: $what: output suggests '$forbid'"; echo "$out"; failures=$((failures + 1))
-  else
-    echo "ok: $what: $(echo "$out" | grep -- "lamina: error" | head -1)"
-  fi
-  forbid=""
-}
-expect_error() { check 1 "$@"; }    # expect_error "description" "pattern" command...
-expect_success() { check 0 "$@"; }  # expect_success "description" "pattern" command...
+program=lamina
+# shellcheck source=cli_cases.sh
+source ../cli_cases.sh
 
 # A solver in $tmp (input_net.prototxt unless NET is given), its path on stdout:
 #   solver_file NAME [NET] [extra lines...]; base_lr is 0.1 unless an extra line sets it.
@@ -114,7 +82,8 @@ expect_error "--gpu 1.5" "got '1.5'" "$lamina" train --solver input_solver.proto
 gpu_solver=$(solver_file gpu "" "solver_mode: GPU" "device_id: 97")
 expect_success "--gpu -1 overrides solver_mode: GPU" "Training on native" \
   "$lamina" train --solver "$gpu_solver" --gpu -1
-expect_error "solver_mode: GPU without the GPU" "GPU 97.*--gpu -1 trains on the CPU" \
+expect_error "solver_mode: GPU without the GPU" \
+  "GPU 97.*solver_mode is GPU, device_id 97; solver_mode: CPU trains on the CPU) (lamina train: --gpu -1 for solver_mode: CPU)$" \
   "$lamina" train --solver "$gpu_solver"
 expect_success "lamina time --gpu -1" "Timing input_net on native" \
   "$lamina" time --model input_net.prototxt --gpu -1 --iterations 1
@@ -165,5 +134,4 @@ expect_error "ulimit -f: a file-size limit" \
   "cannot write '$tmp/fsz/run_iter_1.lamina'.*File too large.*--snapshot-failure continue" \
   bash -c 'ulimit -f 0; exec "$0" "$@"' "$lamina" train --solver "$fsz_solver"
 
-echo "$((cases - failures)) passed, $failures failed"
-[ "$failures" -eq 0 ]
+report

@@ -99,8 +99,7 @@ inline std::string unknown_word(const CLI::App& app, int argc, char** argv) {
 // A setting that a configuration file and a flag can both give, for with_flag_hints.
 struct FieldFlag {
   std::string field;  // as a library message names it: "nonfinite: CONTINUE"
-  std::string flag;   // the flag's name; a message that names it already needs no hint
-  std::string usage;  // what to type: "--nonfinite continue"
+  std::string usage;  // what to type: "--nonfinite continue"; a message holding it needs no hint
 };
 
 // message, with "(COMMAND: USAGE for FIELD, ...)" added for each field of `flags` it names.
@@ -110,7 +109,7 @@ inline std::string with_flag_hints(const std::string& message,
                                    const std::string& command) {
   std::string hints;
   for (const FieldFlag& f : flags) {
-    if (message.find(f.field) == std::string::npos || message.find(f.flag) != std::string::npos)
+    if (message.find(f.field) == std::string::npos || message.find(f.usage) != std::string::npos)
       continue;
     hints += (hints.empty() ? "" : ", ") + f.usage + " for " + f.field;
   }

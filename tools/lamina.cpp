@@ -178,10 +178,10 @@ lamina::WeightsLoadReport load_user_weights(lamina::Net& net, const std::string&
 // Solver fields that `lamina train` can also set with a flag: a library message naming the
 // field gets the flag as a hint (the library knows nothing of this tool's flags).
 const std::vector<lamina::cli::FieldFlag> kTrainFieldFlags = {
-    {"nonfinite: CONTINUE", "--nonfinite", "--nonfinite continue"},
-    {"snapshot_failure: CONTINUE", "--snapshot-failure", "--snapshot-failure continue"},
-    {"solver_mode: GPU", "--gpu", "--gpu N"},
-    {"solver_mode: CPU", "--gpu", "--gpu -1"},
+    {"nonfinite: CONTINUE", "--nonfinite continue"},
+    {"snapshot_failure: CONTINUE", "--snapshot-failure continue"},
+    {"solver_mode: GPU", "--gpu N"},
+    {"solver_mode: CPU", "--gpu -1"},
 };
 
 struct TrainOptions {
@@ -193,22 +193,6 @@ struct TrainOptions {
   std::string sigint_effect = "stop", sigterm_effect = "stop", sighup_effect = "snapshot";
   std::string snapshot_failure, nonfinite;  // empty: as the solver file says
 };
-
-// The backend for training: --gpu when given, else the solver file's solver_mode and
-// device_id. When the file chose a GPU that cannot be used, the error says so and how to
-// train on the CPU with this tool.
-std::unique_ptr<lamina::Backend> training_backend(lamina::SolverParameter& param,
-                                                  const TrainOptions& o) {
-  const std::string spec = o.gpu.empty() ? "" : lamina::backend_spec_from_gpu(o.gpu);
-  try {
-    return lamina::make_solver_backend(param, spec);
-  } catch (const lamina::Error& e) {
-    if (!spec.empty() || param.solver_mode() != lamina::SolverParameter::GPU) throw;
-    throw lamina::Error(std::string(e.what()) + " (" + o.solver_path + " asks for GPU " +
-                        std::to_string(param.device_id()) + " with solver_mode: GPU; "
-                        "--gpu -1 trains on the CPU)");
-  }
-}
 
 int train(const TrainOptions& o) {
   LAMINA_REQUIRE(o.snapshot.empty() || o.weights.empty(), "give --snapshot to resume training "
@@ -231,7 +215,9 @@ int train(const TrainOptions& o) {
     param.set_snapshot_prefix((std::filesystem::path(param.snapshot_prefix()) /
                                std::filesystem::path(o.solver_path).stem()).string());
   }
-  auto backend = training_backend(param, o);
+  // --gpu wins over the solver's solver_mode and device_id.
+  auto backend = lamina::make_solver_backend(
+      param, o.gpu.empty() ? "" : lamina::backend_spec_from_gpu(o.gpu));
   std::cout << "Training on " << backend->name() << std::endl;
   auto solver = lamina::Solver::create(param, o.solver_path, *backend);
   if (!o.snapshot.empty()) {

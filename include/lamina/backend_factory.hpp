@@ -43,7 +43,8 @@ std::string solver_backend_spec(const SolverParameter& param);
 
 // The backend for a solver. A non-empty override_spec (from a command line's --gpu) wins
 // over solver_mode and device_id and is written back into param: "cuda:N" sets solver_mode
-// GPU and device_id N; "cpu" sets solver_mode CPU and clears device_id.
+// GPU and device_id N; "cpu" sets solver_mode CPU and clears device_id. Without one, a GPU
+// the solver's fields ask for that cannot be used is an Error that says the fields chose it.
 std::unique_ptr<Backend> make_solver_backend(SolverParameter& param,
                                              const std::string& override_spec = {});
 

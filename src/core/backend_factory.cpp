@@ -78,7 +78,16 @@ std::unique_ptr<Backend> make_solver_backend(SolverParameter& param,
       param.clear_device_id();
     }
   }
-  return make_backend(solver_backend_spec(param));
+  const std::string spec = solver_backend_spec(param);
+  if (!override_spec.empty() || param.solver_mode() != SolverParameter::GPU)
+    return make_backend(spec);
+  try {
+    return make_backend(spec);
+  } catch (const Error& e) {
+    // The GPU came from the solver's fields: say so, and how the fields choose the CPU.
+    fail(e.what(), " (the solver's solver_mode is GPU, device_id ", param.device_id(),
+         "; solver_mode: CPU trains on the CPU)");
+  }
 }
 
 }  // namespace lamina
