@@ -397,12 +397,13 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--gpu", train_options.gpu,
                         "GPU device to train on, overriding the solver's solver_mode and "
                         "device_id; -1 trains on the CPU even with solver_mode: GPU "
-                        "(default: as the solver file says)");
+                        "(default: as the solver file says)")
+      ->type_name("INT");
   train_cmd->add_option("--snapshot", train_options.snapshot,
                         "Resume from PREFIX_iter_N.solverstate");
   train_cmd->add_option("--weights", train_options.weights,
-                        "Start from trained weights (.lamina), matched by layer name; a file "
-                        "that matches no parameter of the net is an error");
+                        "Start from trained weights (.lamina), matched by parameter name "
+                        "(<layer>/<role>); a file that matches no parameter is an error");
   train_cmd->add_flag("--allow-unmatched-weights", train_options.allow_unmatched_weights,
                       "Accept --weights that match no parameter (every parameter then starts "
                       "from its filler)");
@@ -423,12 +424,12 @@ int main(int argc, char** argv) {
   test_cmd->add_option("--model", model_path, "Net prototxt (its TEST phase)")->required();
   test_cmd->add_option("--weights", weights_path, "Trained weights (.lamina)")->required();
   test_cmd->add_option("--iterations", iterations, "Batches to score (default 50)");
-  test_cmd->add_option("--gpu", gpu, kGpuHelp);
+  test_cmd->add_option("--gpu", gpu, kGpuHelp)->type_name("INT");
 
   auto* time_cmd = app.add_subcommand("time", "Time a net's layers forward and backward");
   time_cmd->add_option("--model", model_path, "Net prototxt (its TRAIN phase)")->required();
   time_cmd->add_option("--iterations", iterations, "Iterations to average over (default 50)");
-  time_cmd->add_option("--gpu", gpu, kGpuHelp);
+  time_cmd->add_option("--gpu", gpu, kGpuHelp)->type_name("INT");
 
   auto* query_cmd = app.add_subcommand("device_query", "List the GPUs Lamina can use");
   bool count_only = false;

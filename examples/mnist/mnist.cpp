@@ -148,7 +148,8 @@ int main(int argc, char** argv) {
       ->check(accepts<int64_t>("an integer >= 0", [](int64_t v) { return v >= 0; }));
   app.add_option("--gpu", o.gpu,
                  "GPU device to train on; -1 trains on the CPU even if the solver says "
-                 "solver_mode: GPU (default: as the solver says, the CPU for the files shipped)");
+                 "solver_mode: GPU (default: as the solver says, the CPU for the files shipped)")
+      ->type_name("INT");
   const auto not_empty =
       accepts<std::string>("a directory", [](const std::string& v) { return !v.empty(); });
   app.add_option("--data-dir", o.model_options.data_dir,
