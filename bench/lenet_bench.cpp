@@ -56,7 +56,7 @@ LayerTimes time_layers(lamina::Net& net, lamina::Backend& backend, int iteration
         if (net.layer(i).type() == "Convolution") t.conv_ms += ms;
       }
     }
-    net.zero_param_diffs();
+    net.arena().zero_diff();
   }
   t.conv_ms /= iterations;
   t.layers_ms /= iterations;

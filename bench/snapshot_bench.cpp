@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
         lamina::load_weights(resumed.net(), weights, lamina::WeightsMatch::kExact);
       });
       int64_t params = 0;
-      for (const lamina::ParamInfo& info : solver.net().param_table()) params += info.count;
+      for (const lamina::ParamInfo& info : solver.net().arena().table()) params += info.count;
       std::printf("%-8s %10lld %8.2f MB %7.2f MB %10.2f %12.2f %6.2f/%.2f\n", name.c_str(),
                   static_cast<long long>(params), megabytes(paths.weights), megabytes(paths.state),
                   write, load, save_w, load_w);

@@ -69,7 +69,7 @@ constexpr const char* kCaffeLenetSolver = R"(
 )";
 
 const ParamInfo* find_param(const Net& net, const std::string& name) {
-  for (const ParamInfo& p : net.param_table())
+  for (const ParamInfo& p : net.arena().table())
     if (p.name == name) return &p;
   return nullptr;
 }
@@ -82,7 +82,7 @@ Tensor& weight(Net& net, const std::string& layer) {
 
 std::string param_names(const Net& net) {
   std::string names;
-  for (const ParamInfo& p : net.param_table()) names += " " + p.name;
+  for (const ParamInfo& p : net.arena().table()) names += " " + p.name;
   return names;
 }
 
@@ -110,10 +110,10 @@ TEST(CaffeLenet, BothPhasesBuildWithCaffesShapesAndMultipliers) {
                                           {"conv2", {50, 20, 5, 5}, {50}},
                                           {"ip1", {500, 800}, {500}},
                                           {"ip2", {10, 500}, {10}}};
-  ASSERT_EQ(train.param_table().size(), 2 * expected.size()) << param_names(train);
+  ASSERT_EQ(train.arena().table().size(), 2 * expected.size()) << param_names(train);
   for (size_t i = 0; i < expected.size(); ++i) {
-    const ParamInfo& w = train.param_table()[2 * i];
-    const ParamInfo& b = train.param_table()[2 * i + 1];
+    const ParamInfo& w = train.arena().table()[2 * i];
+    const ParamInfo& b = train.arena().table()[2 * i + 1];
     EXPECT_THAT(w.name, HasSubstr(expected[i].layer));
     EXPECT_THAT(b.name, HasSubstr(expected[i].layer));
     EXPECT_EQ(w.shape, expected[i].weight) << w.name;
@@ -123,7 +123,7 @@ TEST(CaffeLenet, BothPhasesBuildWithCaffesShapesAndMultipliers) {
     EXPECT_EQ(w.decay_mult, 1.0f) << w.name;
   }
 
-  Net test(param, TEST, native(), 1, &train, caffe_lenet_path());
+  Net test(param, TEST, native(), 1, train.arena_handle(), caffe_lenet_path());
   EXPECT_EQ(test.blob("data").shape(), Shape({100, 1, 28, 28}));
   EXPECT_EQ(test.blob("ip2").shape(), Shape({100, 10}));
   EXPECT_TRUE(test.has_blob("accuracy"));
@@ -235,7 +235,7 @@ TEST(CaffeStyleNet, InPlaceBatchNormScaleConcatEltwiseDropoutRunForwardAndBackwa
   EXPECT_EQ(net.blob("pool").count(), 8 * 8);
   EXPECT_EQ(net.blob("fc").shape(), Shape({8, 5}));
   feed(net);
-  net.zero_param_diffs();
+  net.arena().zero_diff();
   net.forward();
   net.backward();
   const float loss = net.loss();
@@ -245,10 +245,10 @@ TEST(CaffeStyleNet, InPlaceBatchNormScaleConcatEltwiseDropoutRunForwardAndBackwa
 
   // Every learnable parameter (conv, Scale's scale and bias, the branches, fc) gets a
   // gradient; BatchNorm's statistics, if they are stored as parameters, do not need one.
-  std::vector<float> grads(net.param_diff(), net.param_diff() + net.arena_count());
+  std::vector<float> grads(net.arena().diff(), net.arena().diff() + net.arena().count());
   ASSERT_TRUE(all_finite(grads));
   int learnable = 0;
-  for (const ParamInfo& p : net.param_table()) {
+  for (const ParamInfo& p : net.arena().table()) {
     if (p.lr_mult == 0) continue;
     ++learnable;
     double norm = 0;
@@ -260,7 +260,7 @@ TEST(CaffeStyleNet, InPlaceBatchNormScaleConcatEltwiseDropoutRunForwardAndBackwa
   EXPECT_EQ(find_param(net, "branch_a/bias")->decay_mult, 0.0f);
 
   // The TEST net (BatchNorm on its running statistics, Dropout off) shares the weights.
-  Net test(param, TEST, native(), 3, &net);
+  Net test(param, TEST, native(), 3, net.arena_handle());
   feed(test);
   test.forward();
   EXPECT_TRUE(std::isfinite(test.loss()));

@@ -689,10 +689,10 @@ TEST_F(ConvLayersTest, BatchNormTestNetUsesTheRunningStatisticsOfTheTrainNet) {
   )";
   const NetParameter param = parse_net_parameter(text, "bn.prototxt");
   Net train(param, TRAIN, backend_, 1);
-  Net test(param, TEST, backend_, 1, &train);
-  for (const ParamInfo& info : train.param_table()) EXPECT_EQ(info.lr_mult, 0.0f) << info.name;
-  ASSERT_EQ(train.param_table().size(), 3u);
-  EXPECT_EQ(train.param_table()[0].name, "bn/mean");
+  Net test(param, TEST, backend_, 1, train.arena_handle());
+  for (const ParamInfo& info : train.arena().table()) EXPECT_EQ(info.lr_mult, 0.0f) << info.name;
+  ASSERT_EQ(train.arena().table().size(), 3u);
+  EXPECT_EQ(train.arena().table()[0].name, "bn/mean");
 
   // Before any training the factor is 0: y = x / sqrt(eps).
   const std::vector<float> probe = random_values(24, 60, -3, 3);
@@ -754,18 +754,18 @@ TEST_F(ConvLayersTest, BatchNormPhaseSwitchedLayersAndInPlaceScalePair) {
     SCOPED_TRACE(in_place ? "in place" : "out of place");
     const NetParameter param = parse_net_parameter(net_text(in_place), "pair.prototxt");
     Net train(param, TRAIN, backend_, 5);
-    Net test(param, TEST, backend_, 5, &train);
+    Net test(param, TEST, backend_, 5, train.arena_handle());
     EXPECT_EQ(train.num_layers(), 5);
     EXPECT_EQ(test.num_layers(), 4);  // no loss
     train.blob("data").copy_data_from_host(input);
     train.blob("target").copy_data_from_host(target);
-    train.zero_param_diffs();
+    train.arena().zero_diff();
     train.forward();
     train.backward();
     losses[in_place] = train.loss();
-    for (const ParamInfo& info : train.param_table()) {
+    for (const ParamInfo& info : train.arena().table()) {
       std::vector<float> g(info.count);
-      backend_.copy_to_host(sizeof(float) * info.count, train.param_diff() + info.offset,
+      backend_.copy_to_host(sizeof(float) * info.count, train.arena().diff() + info.offset,
                             g.data());
       grads[in_place].push_back(g);
     }
@@ -1108,13 +1108,13 @@ TEST_F(ConvLayersTest, SmallConvNetTrainsEndToEndOnTheNativeBackend) {
   EXPECT_EQ(net.blob("pool").shape(), (Shape{2, 8, 3, 3}));
   net.blob("data").copy_data_from_host(random_values(2 * 3 * 36, 110));
   net.blob("target").copy_data_from_host(random_values(2 * 8 * 9, 111));
-  net.zero_param_diffs();
+  net.arena().zero_diff();
   net.forward();
   net.backward();
   EXPECT_TRUE(std::isfinite(net.loss()));
   EXPECT_GT(net.loss(), 0.0f);
-  std::vector<float> grads(net.arena_count());
-  backend_.copy_to_host(sizeof(float) * grads.size(), net.param_diff(), grads.data());
+  std::vector<float> grads(net.arena().count());
+  backend_.copy_to_host(sizeof(float) * grads.size(), net.arena().diff(), grads.data());
   double norm = 0;
   for (float g : grads) norm += double(g) * g;
   EXPECT_TRUE(std::isfinite(norm));

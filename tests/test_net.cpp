@@ -44,7 +44,7 @@ NativeBackend& native() {
 std::unique_ptr<Net> make_net(const std::string& text, Phase phase = TRAIN, uint64_t seed = 1,
                               const Net* share = nullptr) {
   return std::make_unique<Net>(parse_net_parameter(text, "test.prototxt"), phase, native(), seed,
-                               share);
+                               share ? share->arena_handle() : nullptr);
 }
 
 int layer_index(Net& net, const std::string& name) {
@@ -260,9 +260,9 @@ TEST(NetSequential, ChildrenAreChainedAndNamedAfterTheirContainers) {
               ElementsAre("data", "mlp/ip1", "mlp/block/relu1", "mlp/block/ip2", "loss"));
   EXPECT_THAT(net->blob_names(),
               ElementsAre("data", "label", "mlp/ip1", "mlp/block/relu1", "scores", "loss"));
-  ASSERT_EQ(net->param_table().size(), 4u);
-  EXPECT_EQ(net->param_table()[0].name, "mlp/ip1/weight");
-  EXPECT_EQ(net->param_table()[3].name, "mlp/block/ip2/bias");
+  ASSERT_EQ(net->arena().table().size(), 4u);
+  EXPECT_EQ(net->arena().table()[0].name, "mlp/ip1/weight");
+  EXPECT_EQ(net->arena().table()[3].name, "mlp/block/ip2/bias");
 
   net->blob("data").copy_data_from_host(kX);
   net->blob("label").copy_data_from_host(kLabels);
@@ -292,10 +292,10 @@ TEST(NetSequential, TrainsExactlyLikeTheFlatNet) {
     nested.step(1);
     ASSERT_EQ(flat.net().loss(), nested.net().loss()) << "iteration " << i;
   }
-  ASSERT_EQ(flat.net().arena_count(), nested.net().arena_count());
-  const int64_t n = flat.net().arena_count();
-  std::vector<float> a(flat.net().param_data(), flat.net().param_data() + n);
-  std::vector<float> b(nested.net().param_data(), nested.net().param_data() + n);
+  ASSERT_EQ(flat.net().arena().count(), nested.net().arena().count());
+  const int64_t n = flat.net().arena().count();
+  std::vector<float> a(flat.net().arena().data(), flat.net().arena().data() + n);
+  std::vector<float> b(nested.net().arena().data(), nested.net().arena().data() + n);
   EXPECT_EQ(a, b);
   // And training moved the weights away from where they started.
   EXPECT_NE(data_of(param(flat.net(), "ip2", 0)), w2_before);
@@ -350,7 +350,7 @@ TEST(NetDag, FanOutSumsTheGradientsOfBothConsumers) {
 
   // A second iteration gives the same gradients: nothing accumulates in the blobs, and the
   // parameter gradients accumulate until zeroed.
-  net->zero_param_diffs();
+  net->arena().zero_diff();
   net->forward();
   net->backward();
   EXPECT_CLOSE(diff_of(net->blob("h")), d_h, 1e-5);
@@ -415,12 +415,12 @@ std::string shared_net(int x2_width) {
 
 TEST(NetSharedParams, OneArenaEntryWhoseGradientSumsBothUses) {
   auto net = make_net(shared_net(3));
-  ASSERT_EQ(net->param_table().size(), 1u);
-  EXPECT_EQ(net->param_table()[0].name, "w");
-  EXPECT_EQ(net->param_table()[0].shape, (Shape{2, 3}));
-  EXPECT_EQ(net->arena_count(), 64);
+  ASSERT_EQ(net->arena().table().size(), 1u);
+  EXPECT_EQ(net->arena().table()[0].name, "w");
+  EXPECT_EQ(net->arena().table()[0].shape, (Shape{2, 3}));
+  EXPECT_EQ(net->arena().count(), 64);
   EXPECT_EQ(param(*net, "l1", 0).data(), param(*net, "l2", 0).data());
-  EXPECT_EQ(param(*net, "l1", 0).data(), net->param_data());
+  EXPECT_EQ(param(*net, "l1", 0).data(), net->arena().data());
 
   const Mat x1 = to_double(kX);
   const Mat x2 = {1.0, 0.5, -0.5, -1.5, 2.0, 0.1, 0.4, -0.3, 0.9, -1.1, 0.6, 0.2};
@@ -489,11 +489,7 @@ TEST(NetPhases, IncludeAndExcludeSelectLayers) {
 TEST(NetPhases, TestNetSharesTheTrainNetsWeights) {
   auto train = make_net(kPhaseNet, TRAIN, 1);
   auto test = make_net(kPhaseNet, TEST, 2, train.get());
-  ASSERT_EQ(test->param_table().size(), train->param_table().size());
-  for (size_t i = 0; i < train->param_table().size(); ++i) {
-    EXPECT_EQ(test->param_table()[i].name, train->param_table()[i].name);
-    EXPECT_EQ(test->param_table()[i].offset, train->param_table()[i].offset);
-  }
+  EXPECT_EQ(&test->arena(), &train->arena());  // one arena, two nets
   EXPECT_EQ(param(*test, "ip", 0).data(), param(*train, "ip", 0).data());
 
   // New weights written through the training net are what the test net computes with.
@@ -631,7 +627,7 @@ TEST(NetBackward, FrozenLayerBetweenLearnableOnesStillPropagates) {
                 parse_net_parameter(text, "n"), native());
   Net& net = solver.net();
   EXPECT_TRUE(net.layer_needs_backward(layer_index(net, "frozen")));
-  EXPECT_EQ(net.param_table()[1].lr_mult, 0.0f);
+  EXPECT_EQ(net.arena().table()[1].lr_mult, 0.0f);
   const Mat w1 = {0.3, -0.6, 0.9, -0.4, 0.2, 0.7, 0.5, 0.5, -0.5};  // (3, 3)
   const Mat w2 = {1.0, -0.5, 0.25, 0.8, 0.1, -0.3};                 // (2, 3)
   const Mat t = {0.5, -0.5, 1.0, 0.0, -1.0, 0.5, 0.2, 0.3};
@@ -664,7 +660,7 @@ TEST(NetParamTable, NamesShapesMultipliersAndAlignedOffsets) {
             inner_product_param { num_output: 65 bias_term: false } }
     layer { name: "fc3" type: "Linear" inner_product_param { num_output: 1 } }
   )");
-  const auto& table = net->param_table();
+  const auto& table = net->arena().table();
   ASSERT_EQ(table.size(), 5u);
   struct Row {
     const char* name;
@@ -689,11 +685,11 @@ TEST(NetParamTable, NamesShapesMultipliersAndAlignedOffsets) {
     EXPECT_EQ(table[i].offset, expected[i].offset);
     EXPECT_EQ(table[i].offset % 64, 0);
   }
-  EXPECT_EQ(net->arena_count(), 896);
+  EXPECT_EQ(net->arena().count(), 896);
   // Each parameter is a view into the arena at its offset, for data and gradient.
-  EXPECT_EQ(param(*net, "fc2", 0).data(), net->param_data() + 192);
-  EXPECT_EQ(param(*net, "fc2", 0).diff(), net->param_diff() + 192);
-  EXPECT_EQ(param(*net, "fc3", 1).data(), net->param_data() + 832);
+  EXPECT_EQ(param(*net, "fc2", 0).data(), net->arena().data() + 192);
+  EXPECT_EQ(param(*net, "fc2", 0).diff(), net->arena().diff() + 192);
+  EXPECT_EQ(param(*net, "fc3", 1).data(), net->arena().data() + 832);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 //     snapshot and exit 0, the effect flags, and resuming with --snapshot; `lamina test`;
 //   - sizes: zero, negative and overflowing dimensions are errors, not allocations.
 #include <gmock/gmock.h>
+#include <glog/logging.h>
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -154,8 +155,8 @@ SolverParameter solver_param(const std::string& settings, const std::string& mor
 }
 
 std::vector<float> arena_of(Net& net) {
-  std::vector<float> host(net.arena_count());
-  net.backend().copy_to_host(sizeof(float) * host.size(), net.param_data(), host.data());
+  std::vector<float> host(net.arena().count());
+  net.backend().copy_to_host(sizeof(float) * host.size(), net.arena().data(), host.data());
   return host;
 }
 
@@ -349,7 +350,7 @@ TEST(Weights, MissingOrMisshapenParametersChangeNothing) {
   Net net(parse_net_parameter(tiny_net(dir), "tiny"), TRAIN, backend, 1);
   const std::vector<float> before = arena_of(net);
 
-  std::vector<SnapshotRecord> records = weights_records(net);
+  std::vector<SnapshotRecord> records = arena_records(net.arena(), net.arena().data(), "");
   records.erase(records.begin() + 2);  // fc2/weight
   write_bytes(dir / "missing.lamina", encode_snapshot(SnapshotKind::kWeights, records));
   for (WeightsMatch match : {WeightsMatch::kExact, WeightsMatch::kRequireAll}) {
@@ -357,14 +358,14 @@ TEST(Weights, MissingOrMisshapenParametersChangeNothing) {
                 AllOf(HasSubstr(dir / "missing.lamina"), HasSubstr("missing parameter 'fc2/weight'"),
                       HasSubstr("layer 'fc2'")));
   }
-  records = weights_records(net);
+  records = arena_records(net.arena(), net.arena().data(), "");
   records[0] = SnapshotRecord::of_floats("fc1/weight", {16, 35}, std::vector<float>(16 * 35, 1));
   write_bytes(dir / "misshapen.lamina", encode_snapshot(SnapshotKind::kWeights, records));
   EXPECT_THAT(error_of([&] { load_weights(net, dir / "misshapen.lamina", WeightsMatch::kFineTune); }),
               AllOf(HasSubstr("layer 'fc1'"), HasSubstr("(16, 36) in the net"),
                     HasSubstr("(16, 35) in the file"), HasSubstr("rename the layer")));
   // Resuming wants exactly this net's parameters, nothing more.
-  records = weights_records(net);
+  records = arena_records(net.arena(), net.arena().data(), "");
   records.push_back(SnapshotRecord::of_floats("fc9/weight", {2}, {1, 2}));
   write_bytes(dir / "extra.lamina", encode_snapshot(SnapshotKind::kWeights, records));
   EXPECT_THAT(error_of([&] { load_weights(net, dir / "extra.lamina", WeightsMatch::kExact); }),
@@ -372,6 +373,81 @@ TEST(Weights, MissingOrMisshapenParametersChangeNothing) {
   EXPECT_EQ(load_weights(net, dir / "extra.lamina", WeightsMatch::kRequireAll).ignored,
             std::vector<std::string>{"fc9/weight"});
   EXPECT_TRUE(same_bits(arena_of(net), before));
+}
+
+// A run fine-tuned from PREFIX_iter_N.lamina, with the same prefix, would overwrite that
+// file at iteration N: refused before training, naming it, whether N comes from `snapshot`
+// or is the final iteration. Another prefix trains, and a file it will not reach is fine.
+TEST(Weights, FineTuningNeverOverwritesTheFileItStartedFrom) {
+  TempDir dir;
+  write_tiny_data(dir);
+  NativeBackend backend;
+  const NetParameter net = parse_net_parameter(tiny_net(dir), "tiny");
+  const std::string prefix = dir / "run";
+  Solver first(solver_param(kSgd, "max_iter: 4 snapshot: 2 snapshot_prefix: \"" + prefix + "\""),
+               net, backend);
+  first.solve();
+  const std::string source = prefix + "_iter_4.lamina";
+  for (const char* settings : {"max_iter: 6 snapshot: 2", "max_iter: 4 snapshot: 0"}) {
+    Solver again(solver_param(kSgd, std::string(settings) + " snapshot_prefix: \"" + prefix + "\""),
+                 net, backend);
+    load_weights(again.net(), source, WeightsMatch::kFineTune);
+    again.protect_file(source);
+    const auto before = fs::last_write_time(source);
+    EXPECT_THAT(error_of([&] { again.solve(); }),
+                AllOf(HasSubstr("iteration 4"), HasSubstr(source),
+                      HasSubstr("training did not start"))) << settings;
+    EXPECT_EQ(again.iter(), 0);
+    EXPECT_EQ(fs::last_write_time(source), before);
+  }
+  Solver elsewhere(solver_param(kSgd, "max_iter: 4 snapshot: 2 snapshot_prefix: \"" +
+                                          (dir / "tuned") + "\""),
+                   net, backend);
+  elsewhere.protect_file(source);
+  elsewhere.solve();
+  EXPECT_EQ(elsewhere.iter(), 4);
+  // snapshot() itself refuses to write over a protected file.
+  Solver direct(solver_param(kSgd, "max_iter: 4 snapshot_prefix: \"" + prefix + "\""), net, backend);
+  direct.protect_file(prefix + "_iter_0.solverstate");
+  EXPECT_THAT(error_of([&] { direct.snapshot(); }),
+              AllOf(HasSubstr("would overwrite"), HasSubstr(prefix + "_iter_0.solverstate")));
+}
+
+// Collects glog warnings while it lives.
+class WarningSink : public google::LogSink {
+ public:
+  WarningSink() { google::AddLogSink(this); }
+  ~WarningSink() override { google::RemoveLogSink(this); }
+  void send(google::LogSeverity severity, const char*, const char*, int, const struct ::tm*,
+            const char* message, size_t length) override {
+    if (severity == google::GLOG_WARNING) text += std::string(message, length) + "\n";
+  }
+  std::string text;
+};
+
+// Snapshots every iteration of a small net write far more than 100 MB per second of
+// training: warned about once, with the figures and the interval that would do.
+TEST(SnapshotRate, WritingFasterThan100MBPerSecondIsWarnedAbout) {
+  TempDir dir;
+  write_tiny_data(dir);
+  NativeBackend backend;
+  const NetParameter net = parse_net_parameter(tiny_net(dir, 1000), "tiny");  // 150 KB a snapshot
+  {
+    WarningSink sink;
+    Solver solver(solver_param(kSgd, "display: 0 max_iter: 6 snapshot: 1 snapshot_prefix: \"" +
+                                         (dir / "fast") + "\""),
+                  net, backend);
+    solver.solve();
+    EXPECT_THAT(sink.text, AllOf(HasSubstr("snapshot: 1 writes"), HasSubstr("MB/s"),
+                                 HasSubstr("raise snapshot to at least")));
+    EXPECT_EQ(sink.text.find("snapshot: 1 writes"), sink.text.rfind("snapshot: 1 writes"));
+  }
+  WarningSink quiet;
+  Solver solver(solver_param(kSgd, "display: 0 max_iter: 6 snapshot: 100000 snapshot_prefix: \"" +
+                                       (dir / "slow") + "\""),
+                net, backend);
+  solver.solve();
+  EXPECT_THAT(quiet.text, Not(HasSubstr("MB/s")));
 }
 
 // Fine-tuning: a renamed output layer keeps its filler and is reported; the rest loads.
@@ -388,7 +464,7 @@ TEST(Weights, FineTuningKeepsTheFillersOfNewLayers) {
   EXPECT_EQ(report.kept_filler, (std::vector<std::string>{"fc_new/weight", "fc_new/bias"}));
   EXPECT_EQ(report.ignored, (std::vector<std::string>{"fc2/weight", "fc2/bias"}));
   const std::vector<float> now = arena_of(fresh), source = arena_of(trained);
-  for (const ParamInfo& info : fresh.param_table()) {
+  for (const ParamInfo& info : fresh.arena().table()) {
     const std::vector<float>& expected = info.layer == "fc1" ? source : filled;
     EXPECT_EQ(0, std::memcmp(now.data() + info.offset, expected.data() + info.offset,
                              sizeof(float) * info.count))
@@ -665,7 +741,11 @@ TEST(SnapshotFailure, AnUnwritableDirectoryStopsBeforeTrainingOrIsLogged) {
     Solver going_on(solver_param(kSgd, "max_iter: 4 snapshot: 2 snapshot_failure: CONTINUE "
                                        "snapshot_prefix: \"" + prefix + "\""),
                     net, backend);
-    going_on.solve();
+    // It trains to the end, then reports that nothing was saved (a non-zero exit status).
+    EXPECT_THAT(error_of([&] { going_on.solve(); }),
+                AllOf(HasSubstr("training finished at iteration 4 but its final snapshot could "
+                                "not be written"),
+                      HasSubstr(prefix), HasSubstr("no snapshot is on disk")));
     EXPECT_EQ(going_on.iter(), 4);
     EXPECT_TRUE(going_on.last_snapshot().empty());
   }
@@ -679,7 +759,8 @@ TEST(SnapshotFailure, AnUnwritableDirectoryStopsBeforeTrainingOrIsLogged) {
 }
 
 // A disk that fills in the middle of training (RLIMIT_FSIZE in a child: writes past 64 KiB
-// fail with EFBIG): STOP ends the run with the path; CONTINUE trains to the end.
+// fail with EFBIG): STOP ends the run with the path; CONTINUE trains to the end, then
+// reports that its final snapshot is not on disk.
 TEST(SnapshotFailure, ADiskFullMidRunStopsCleanlyOrGoesOn) {
   TempDir dir;
   write_tiny_data(dir);
@@ -702,10 +783,12 @@ TEST(SnapshotFailure, ADiskFullMidRunStopsCleanlyOrGoesOn) {
         code = solver.iter() == 6 ? 10 : 11;
       } catch (const Error& e) {
         const std::string m = e.what();
-        code = m.find(dir / policy) != std::string::npos &&
-                       m.find("File too large") != std::string::npos &&
-                       m.find("training stopped at iteration 3") != std::string::npos
-                   ? 20
+        const bool named = m.find(dir / policy) != std::string::npos &&
+                           m.find("File too large") != std::string::npos;
+        code = named && m.find("training stopped at iteration 3") != std::string::npos ? 20
+               : named && m.find("training finished at iteration 6 but its final snapshot") !=
+                              std::string::npos
+                   ? 10
                    : 21;
         if (code == 21) std::fprintf(stderr, "unexpected message: %s\n", m.c_str());
       }
@@ -839,7 +922,10 @@ TEST(NonFinite, ContinueTrainsOnWithoutWritingBadSnapshots) {
   Solver solver(solver_param(kSgd, "display: 0 max_iter: 10 snapshot: 2 nonfinite: CONTINUE "
                                    "snapshot_prefix: \"" + (dir / "c") + "\""),
                 parse_net_parameter(poisoned_net(dir, 3, "backward"), "poisoned"), backend);
-  solver.solve();
+  EXPECT_THAT(error_of([&] { solver.solve(); }),
+              AllOf(HasSubstr("training finished at iteration 10 but its final snapshot could "
+                              "not be written"),
+                    HasSubstr("non-finite"), HasSubstr("c_iter_2.solverstate")));
   EXPECT_EQ(solver.iter(), 10);
   EXPECT_TRUE(fs::exists(dir / "c_iter_2.solverstate"));
   EXPECT_FALSE(fs::exists(dir / "c_iter_4.lamina"));   // NaN weights from iteration 3 on
@@ -861,6 +947,8 @@ TEST(NonFinite, ADivergingSolverStopsAndKeepsTheLastGoodSnapshot) {
     const std::string message = error_of([&] { solver.solve(); });
     EXPECT_THAT(message, AllOf(HasSubstr("iteration"), HasSubstr("layer '")));
     EXPECT_THAT(message, ::testing::AnyOf(HasSubstr("training diverged"), HasSubstr("refusing")));
+    // It says what to change rather than implying the last snapshot will not diverge again.
+    EXPECT_THAT(message, AllOf(HasSubstr("lower base_lr (now 1e+30)"), HasSubstr("clip_gradients")));
     EXPECT_LT(solver.iter(), 100);
     int good = 0;
     for (const auto& entry : fs::directory_iterator(dir.path())) {

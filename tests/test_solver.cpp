@@ -595,7 +595,7 @@ TEST(SolverFromFile, ReadsTheNetNamedRelativeToTheSolverFile) {
   std::ofstream(dir / "solver.prototxt") << "net: \"net.prototxt\"\nbase_lr: 0.1\nrandom_seed: 1\n";
   auto solver = Solver::from_file((dir / "solver.prototxt").string(), native());
   EXPECT_EQ(solver->net().name(), "tiny");
-  EXPECT_EQ(solver->net().param_table().size(), 2u);
+  EXPECT_EQ(solver->net().arena().table().size(), 2u);
 
   // An error in the net names the net file and the layer's line.
   std::ofstream(dir / "net.prototxt")

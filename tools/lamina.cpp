@@ -157,7 +157,7 @@ lamina::WeightsLoadReport load_user_weights(lamina::Net& net, const std::string&
   const lamina::SnapshotFile file =
       lamina::read_snapshot_file(path, lamina::SnapshotKind::kWeights);
   std::vector<std::string> params, entries;
-  for (const lamina::ParamInfo& info : net.param_table()) params.push_back(info.name);
+  for (const lamina::ParamInfo& info : net.arena().table()) params.push_back(info.name);
   const std::set<std::string> known(params.begin(), params.end());
   bool any = false;
   for (const lamina::SnapshotRecord& record : file.records) {
@@ -172,7 +172,7 @@ lamina::WeightsLoadReport load_user_weights(lamina::Net& net, const std::string&
                  "are matched by name (<layer>/<role>): give weights trained for this net",
                  how_to_allow, ".");
   }
-  return lamina::load_weights(net, file, path, match);
+  return lamina::load_weights(net.arena(), file, path, match);
 }
 
 // Solver fields that `lamina train` can also set with a flag: a library message naming the

@@ -76,10 +76,10 @@ TEST(SquareLayer, TrainsInsideANetFromPrototxt) {
   const float before = net.loss();
   // Plain gradient descent on the arena: the loss must fall.
   for (int i = 0; i < 50; ++i) {
-    net.zero_param_diffs();
+    net.arena().zero_diff();
     net.forward();
     net.backward();
-    backend.axpy(net.arena_count(), -0.1f, net.param_diff(), net.param_data());
+    backend.axpy(net.arena().count(), -0.1f, net.arena().diff(), net.arena().data());
   }
   net.forward();
   EXPECT_LT(net.loss(), 0.5f * before);

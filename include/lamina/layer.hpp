@@ -63,6 +63,23 @@ class Layer {
   // Whether bottom i takes gradients at all (labels do not).
   virtual bool accepts_gradient(int /*bottom_index*/) const { return true; }
 
+  // In place: a top that is also one of the bottoms (`bottom: "x" top: "x"`). A layer whose
+  // forward and backward are correct when they read and write the same tensor says so; the
+  // net refuses in-place use of every other layer (check_in_place, below).
+  virtual bool supports_in_place() const { return false; }
+  // What the backward pass reads of the values forward wrote to the tops. A later in-place
+  // layer overwrites them before that backward runs, so the net refuses it unless it keeps
+  // what is read (keeps_positive_in_place).
+  enum class TopUse {
+    kNothing,   // most layers (BatchNorm and Scale keep their own copies of what they need)
+    kPositive,  // only which values are > 0 (ReLU)
+    kValues,    // the values (Sigmoid, TanH, Softmax)
+  };
+  virtual TopUse backward_reads_top() const { return TopUse::kNothing; }
+  // In place: whether every value whose gradient the layer passes back is > 0 after forward
+  // exactly where it was > 0 before (ReLU; Dropout, whose dropped values get no gradient).
+  virtual bool keeps_positive_in_place() const { return false; }
+
   virtual void setup(const Tensors& bottom, const Tensors& top) = 0;
   virtual void forward(const Tensors& bottom, const Tensors& top) = 0;
   // Gradient w.r.t. the inputs, for each bottom i with propagate[i].
@@ -103,5 +120,23 @@ class Layer {
   uint64_t seed_;
   std::vector<Param> params_;
 };
+
+// A layer set up earlier in the net, with its tops (check_in_place).
+struct EarlierLayer {
+  const Layer* layer;
+  Tensors tops;
+};
+
+// Whether some top of a layer is also one of its bottoms.
+bool works_in_place(const Tensors& bottom, const Tensors& top);
+
+// Refuses, before setup, in-place use of a layer (a top that is also a bottom) whose result
+// would be wrong; `earlier` lists the layers set up before it, in order. Throws an Error
+// starting "layer 'name' (type): " when the layer does not support in place, when the blob's
+// values are shared with another blob (a Flatten, Reshape or Split output: the write would
+// change that one too), or when an earlier layer's backward pass reads the values the layer
+// would overwrite (backward_reads_top). The fix is always to give the top its own name.
+void check_in_place(const Layer& layer, const Tensors& bottom, const Tensors& top,
+                    const std::vector<EarlierLayer>& earlier);
 
 }  // namespace lamina

@@ -4,8 +4,9 @@
 // top; a loss or accuracy layer without bottoms takes it and "label"; a layer without tops
 // gets a top named after itself), flattens Sequential containers, drops layers excluded by
 // the phase, inserts Split layers where a blob feeds several layers, infers which layers
-// need backward, and lays every learnable parameter out in one arena (with a second arena
-// for gradients) with a table of name, shape, lr_mult, decay_mult and offset.
+// need backward, and lays every learnable parameter out in one ParamArena (param_arena.hpp).
+// The build's phases are named steps in net_builder.cpp; the non-finite diagnosis is in
+// nonfinite.cpp.
 #pragma once
 
 #include <map>
@@ -15,28 +16,22 @@
 
 #include "lamina/backend.hpp"
 #include "lamina/layer.hpp"
+#include "lamina/param_arena.hpp"
 #include "lamina/tensor.hpp"
 #include "lamina.pb.h"
 
 namespace lamina {
 
-struct ParamInfo {
-  std::string name;   // "<layer>/<role>" or the shared name from param { name }
-  Shape shape;
-  float lr_mult;
-  float decay_mult;
-  int64_t offset;     // in floats from the start of the arena
-  int64_t count;
-  std::string layer;  // the first layer that declared it, for messages
-};
+struct NetPlan;  // the layers while the net is built (net_builder.cpp)
 
 class Net {
  public:
   // source: the file the parameter came from, for error messages (may be empty).
-  // share_params_with: another net (the training net) whose arena this net's parameters
-  // view, matched by name; a test net evaluates exactly the weights being trained.
+  // shared_arena: another net's parameter arena (the training net's) that this net's
+  // parameters view, matched by name; a test net evaluates exactly the weights being
+  // trained. Without it the net builds and fills its own arena.
   Net(const NetParameter& param, Phase phase, Backend& backend, uint64_t seed,
-      const Net* share_params_with = nullptr, const std::string& source = {});
+      std::shared_ptr<ParamArena> shared_arena = nullptr, const std::string& source = {});
   Net(const Net&) = delete;
   Net& operator=(const Net&) = delete;
 
@@ -48,8 +43,6 @@ class Net {
   void forward();
   // Backward through the layers that need it; parameter gradients accumulate.
   void backward();
-  // Zeroes the whole gradient arena (one memset).
-  void zero_param_diffs();
   // Reads the total loss: copies one float to the host.
   float loss();
   Tensor& loss_tensor() { return *loss_; }
@@ -85,21 +78,23 @@ class Net {
   // Tops no layer consumes (losses, accuracies, outputs), in order of creation.
   const std::vector<std::string>& output_names() const { return output_names_; }
 
-  // The parameter arena.
-  const std::vector<ParamInfo>& param_table() const { return param_table_; }
-  int64_t arena_count() const { return arena_count_; }  // floats, padding included
-  float* param_data() { return param_data_.as<float>(); }
-  float* param_diff() { return param_diff_.as<float>(); }
-  const float* param_data() const { return param_data_.as<float>(); }
+  // The parameter arena: this net's own, or the one it shares.
+  ParamArena& arena() { return *arena_; }
+  const ParamArena& arena() const { return *arena_; }
+  const std::shared_ptr<ParamArena>& arena_handle() const { return arena_; }
 
  private:
   struct LayerIO {
     std::vector<int> bottoms;  // blob indices
     std::vector<int> tops;
   };
-  void build(const NetParameter& param, uint64_t seed, const Net* share_with,
+  // The phases of the build (net_builder.cpp), in the order build() runs them.
+  void build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamArena> shared,
              const std::string& source);
-  void allocate_params(uint64_t seed, const Net* share_with);
+  void set_up_layers(NetPlan& plan);
+  void collect_losses(const NetPlan& plan);
+  void infer_backward();
+  void bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared);
 
   std::string name_;
   Phase phase_;
@@ -116,10 +111,7 @@ class Net {
   std::vector<std::pair<int, float>> loss_blobs_;  // (blob, weight)
   std::unique_ptr<Tensor> loss_;                    // (1)
 
-  std::vector<ParamInfo> param_table_;
-  int64_t arena_count_ = 0;
-  Buffer param_data_;
-  Buffer param_diff_;
+  std::shared_ptr<ParamArena> arena_;
 };
 
 }  // namespace lamina

@@ -19,9 +19,9 @@
 //   D x int64 dimensions (each >= 0, product checked for overflow)
 //   the values: count x 4 (float32), count x 8 (int64) or count x 1 (bytes)
 //
-// A weights file holds one float32 record per entry of the net's parameter table, named as
+// A weights file holds one float32 record per entry of the arena's parameter table, named as
 // the table names it ("<layer>/<role>", or a shared name from param { name }), shaped as
-// the parameter. A solver state file holds the records listed in solver.hpp (Solver::restore).
+// the parameter. A solver state file holds the records listed in solver_state.hpp.
 //
 // Reading checks, before anything is used: the file is there and is a regular file, the
 // magic, the version, the flags, the length (truncated or trailing bytes), the checksum,
@@ -42,6 +42,7 @@
 
 #include "lamina/common.hpp"
 #include "lamina/net.hpp"
+#include "lamina/param_arena.hpp"
 
 namespace lamina {
 
@@ -99,9 +100,9 @@ void write_fully(int fd, const void* data, size_t size, const std::string& path)
 // a probe file PATH.probe-<pid>.
 void check_writable(const std::string& path);
 
-// ---- weights ----
+// ---- the parameter arena in snapshot files ----
 
-// How load_weights matches the file against the net.
+// How arena_from_records and load_weights match a file against the arena's table.
 enum class WeightsMatch {
   kExact,       // resume: every parameter present with its shape, and nothing else
   kRequireAll,  // scoring (lamina test): every parameter present; others in the file ignored
@@ -111,25 +112,35 @@ enum class WeightsMatch {
 struct WeightsLoadReport {
   std::vector<std::string> loaded;       // parameters whose values came from the file
   std::vector<std::string> kept_filler;  // kFineTune: parameters the file does not have
-  std::vector<std::string> ignored;      // entries of the file the net does not have
+  std::vector<std::string> ignored;      // entries of the file the arena does not have
 };
 
-// The records of a weights file for the net's parameter arena (one host copy of it).
-// The net must own its arena (not a test net viewing the training net's).
-std::vector<SnapshotRecord> weights_records(const Net& net);
-// Writes the net's weights to path atomically; returns the file's CRC-32.
-uint32_t save_weights(const Net& net, const std::string& path);
-// Loads the weights of a file into the net, matched by parameter name ("<layer>/<role>").
-// A missing parameter (kExact, kRequireAll) or a shape that differs is an error naming the
-// file, the layer and both shapes; the net is changed only when every check passed.
-WeightsLoadReport load_weights(Net& net, const std::string& path, WeightsMatch match);
-WeightsLoadReport load_weights(Net& net, const SnapshotFile& file, const std::string& path,
-                               WeightsMatch match);
-// The checks of load_weights without copying anything; returns the arena the net would
-// hold (arena_count() floats, padding zero) and fills report.
-std::vector<float> check_weights(const Net& net, const SnapshotFile& file,
-                                 const std::string& path, WeightsMatch match,
-                                 WeightsLoadReport* report = nullptr);
+// One float32 record per parameter of the arena's table, named prefix + its name and shaped
+// as it, holding one array of the arena (data(), state(k)); one host copy. A weights file
+// holds these with prefix ""; a solver state holds "history/", "history2/".
+std::vector<SnapshotRecord> arena_records(const ParamArena& arena, const float* array,
+                                          const std::string& prefix);
+// The inverse: the array (arena.count() floats, padding zero) held by the records of file
+// named prefix + a parameter's name. A missing parameter (kExact, kRequireAll), a shape that
+// differs, or (kExact) a record with the prefix that no parameter has, is an error naming
+// the file, the layer and both shapes. Nothing is changed; report lists what matched.
+std::vector<float> arena_from_records(const ParamArena& arena, const SnapshotFile& file,
+                                      const std::string& path, const std::string& prefix,
+                                      WeightsMatch match, WeightsLoadReport* report = nullptr);
+// Writes the arena's weights to path atomically; returns the file's CRC-32.
+uint32_t save_weights(const ParamArena& arena, const std::string& path);
+// Loads a weights file into the arena's weights, matched by parameter name; the arena is
+// changed only when every check passed.
+WeightsLoadReport load_weights(ParamArena& arena, const std::string& path, WeightsMatch match);
+WeightsLoadReport load_weights(ParamArena& arena, const SnapshotFile& file,
+                               const std::string& path, WeightsMatch match);
+// The same for a net's arena (its own, or the one it shares).
+inline uint32_t save_weights(const Net& net, const std::string& path) {
+  return save_weights(net.arena(), path);
+}
+inline WeightsLoadReport load_weights(Net& net, const std::string& path, WeightsMatch match) {
+  return load_weights(net.arena(), path, match);
+}
 
 // The index of the first value of values that is NaN or infinite, or -1.
 int64_t first_nonfinite(const float* values, int64_t n);

@@ -19,6 +19,7 @@
 // ends with an Error saying so, and no snapshot is written from the bad weights.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -66,8 +67,10 @@ class Solver {
                                         const std::string& solver_path, Backend& backend);
 
   // Trains until max_iter, testing every test_interval and logging every display. With
-  // snapshot_prefix set, first checks that its directory is writable, and at the end writes
-  // a snapshot (snapshot_after_train) unless one was just written.
+  // snapshot_prefix set, first checks that its directory is writable and that no snapshot
+  // would overwrite a protected file, and at the end writes a snapshot
+  // (snapshot_after_train) unless one was just written. Throws when that final snapshot
+  // could not be written (with snapshot_failure: CONTINUE, after training to the end).
   void solve();
   // Runs iters iterations (forward, backward, update), with display, tests, snapshots,
   // non-finite checks and actions as configured. Returns early after a kStop action.
@@ -105,11 +108,12 @@ class Solver {
   // solver as it was. The solver prototxt may differ in max_iter, display, test and
   // snapshot settings; the net, the solver type and average_loss must be the same.
   //
-  // Records of a .solverstate: iteration, seed, solver_type, net_name, weights_file,
-  // weights_crc32 (the CRC-32 of that weights file), loss_ring (average_loss floats),
-  // loss_sum, loss_sum_count, history/<param> and, for Adam and AdamW, history2/<param>
-  // (shaped as the parameter), state/train/<layer> and state/test/<layer>.
+  // The records of a .solverstate are listed in solver_state.hpp.
   void restore(const std::string& state_path);
+  // A file this run must never overwrite (the weights it was fine-tuned from): solve()
+  // refuses to start when a snapshot it would write has that path, and snapshot() refuses
+  // to write one.
+  void protect_file(const std::string& path);
   // The last snapshot written (or restored from); empty before the first.
   const SnapshotPaths& last_snapshot() const { return last_snapshot_; }
 
@@ -128,11 +132,20 @@ class Solver {
   void read_ring();
   // Checks the loss of this iteration and, with arenas, the weights and gradients (their dot
   // product, left in the ring's check slot), as read by read_ring; on a non-finite value,
-  // diagnoses and stops or logs as `nonfinite` says.
+  // diagnoses and stops or logs as `nonfinite` says (nonfinite.cpp).
   void check_finite(const Net::LayerStates& states_before, bool arenas);
+  // Where the last good weights are and what to change before resuming, for a divergence.
+  std::string divergence_advice() const;
   // A snapshot at the current iteration unless one was just written, following
-  // snapshot_failure when it cannot be written (and skipping non-finite weights).
-  void snapshot_as_configured(const char* why);
+  // snapshot_failure when it cannot be written (and skipping non-finite weights). Returns
+  // whether the snapshot is on disk; when not, snapshot_error_ says why.
+  bool snapshot_as_configured(const char* why);
+  // Refuses, before training, a run whose snapshots would overwrite a protected file.
+  void check_protected_files() const;
+  // Warns once when periodic snapshots of `bytes` (written from start to end) would write
+  // more than 100 MB per second of training.
+  void warn_about_snapshot_rate(size_t bytes, std::chrono::steady_clock::time_point start,
+                                std::chrono::steady_clock::time_point end);
 
   SolverParameter param_;
   Backend& backend_;
@@ -141,10 +154,6 @@ class Solver {
   std::unique_ptr<Net> test_net_;
   int iter_ = 0;
   uint64_t seed_ = 0;
-  Buffer history_;
-  Buffer history2_;
-  Buffer segments_;
-  int num_segments_ = 0;
   Buffer loss_ring_;   // last average_loss losses, then one check slot (weights . grads)
   std::vector<float> ring_host_;
   int last_finite_check_ = -1;  // the last iteration whose weights and gradients were finite
@@ -156,6 +165,11 @@ class Solver {
   std::vector<std::pair<int, TestResult>> test_history_;
   SnapshotPaths last_snapshot_;
   int last_snapshot_iter_ = -1;
+  std::string snapshot_error_;               // why the last snapshot_as_configured failed
+  std::vector<std::string> protected_files_;
+  int rate_reference_iter_ = 0;              // warn_about_snapshot_rate's last measurement
+  std::chrono::steady_clock::time_point rate_reference_time_;
+  bool rate_warned_ = false;
   std::function<SolverAction()> action_source_;
   bool stopped_early_ = false;
 };

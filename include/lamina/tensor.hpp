@@ -98,6 +98,7 @@ class Tensor {
   float* mutable_diff() { return diff_->mutable_get(); }
   Memory& data_memory() { return *data_; }
   Memory& diff_memory() { return *diff_; }
+  const Memory& data_memory() const { return *data_; }  // the same object for shared data
 
   // Aliasing: this tensor uses other's memory (Flatten, Reshape, Split forward).
   void share_data(const Tensor& other);

@@ -112,6 +112,7 @@ std::string GradientCheckResult::summary() const {
 }
 
 void setup_standalone(Layer& layer, const Tensors& bottom, const Tensors& top, uint64_t seed) {
+  if (works_in_place(bottom, top)) check_in_place(layer, bottom, top, {});  // as a net would
   layer.setup(bottom, top);
   std::mt19937_64 rng(seed);
   std::vector<float> values;

@@ -64,4 +64,51 @@ double Layer::custom_number(const std::string& key, double fallback) const {
   return value;
 }
 
+bool works_in_place(const Tensors& bottom, const Tensors& top) {
+  for (const Tensor* t : top)
+    if (std::find(bottom.begin(), bottom.end(), t) != bottom.end()) return true;
+  return false;
+}
+
+void check_in_place(const Layer& layer, const Tensors& bottom, const Tensors& top,
+                    const std::vector<EarlierLayer>& earlier) {
+  const std::string where = "layer '" + layer.name() + "' (" + layer.type() + "): ";
+  for (const Tensor* t : top) {
+    const auto b = std::find(bottom.begin(), bottom.end(), t);
+    if (b == bottom.end()) continue;
+    const std::string fix = "; give the top its own name (e.g. top: \"" + t->name() + "_" +
+                            layer.name() + "\") and have the layers after it read that name";
+    const std::string which =
+        bottom.size() > 1 ? "bottom " + std::to_string(b - bottom.begin()) : "bottom";
+    LAMINA_REQUIRE(layer.supports_in_place(), where, "cannot work in place: its top '",
+                   t->name(), "' is also its ", which, fix);
+    // The values are those of the first earlier layer that wrote t; a view (Flatten,
+    // Reshape, Split) shares them with its bottom.
+    const Layer* producer = nullptr;
+    for (const EarlierLayer& e : earlier) {
+      if (!producer && std::find(e.tops.begin(), e.tops.end(), t) != e.tops.end())
+        producer = e.layer;
+    }
+    for (const EarlierLayer& e : earlier) {
+      for (const Tensor* u : e.tops) {
+        if (&u->data_memory() != &t->data_memory()) continue;
+        LAMINA_REQUIRE(u == t, where, "cannot work in place on '", t->name(), "': it shares "
+                       "its values with '", u->name(), "' (",
+                       producer ? "layer '" + producer->name() + "' (" + producer->type() + ")"
+                                : std::string("the layer that made it"),
+                       " outputs a view, not a copy), and writing it would change '", u->name(),
+                       "' too", fix);
+        const Layer::TopUse use = e.layer->backward_reads_top();
+        const bool kept = use == Layer::TopUse::kNothing ||
+                          (use == Layer::TopUse::kPositive && layer.keeps_positive_in_place());
+        LAMINA_REQUIRE(kept, where, "cannot work in place on '", t->name(), "': layer '",
+                       e.layer->name(), "' (", e.layer->type(), ") before it reads ",
+                       use == Layer::TopUse::kPositive ? "which of those values are positive"
+                                                       : "those values",
+                       " in its backward pass, and this layer would overwrite them", fix);
+      }
+    }
+  }
+}
+
 }  // namespace lamina

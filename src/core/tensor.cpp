@@ -4,11 +4,14 @@
 
 #include <utility>
 
+#include "lamina/host_memory.hpp"
+
 namespace lamina {
 
 // ---- Buffer ----
 
 Buffer::Buffer(Backend& backend, size_t bytes) : backend_(&backend), bytes_(bytes) {
+  if (backend.is_host()) require_host_memory(bytes, "an array");
   if (bytes > 0) ptr_ = backend.allocate(bytes);
 }
 
@@ -76,6 +79,10 @@ void Memory::to_host() {
   // A view (a parameter in the arena) is also written through the arena's own pointer (the
   // solver's update), so its mirror is never trusted: every to_host() reads it again.
   if (residency_ == Residency::kBoth && !is_view_) return;
+  if (host_.size() < size_t(count_)) {
+    require_host_memory(sizeof(float) * count_, "the host copy of an array of " +
+                        std::to_string(count_) + " values");
+  }
   host_.resize(count_);
   backend_->copy_to_host(sizeof(float) * count_, device_, host_.data());
   residency_ = Residency::kBoth;
@@ -115,10 +122,18 @@ int64_t Tensor::count(int start_axis, int end_axis) const {
 
 void Tensor::reshape(const Shape& shape) {
   const int64_t count = shape_count(shape);
+  CHECK(backend_) << "tensor '" << name_ << "' has no backend";
+  const bool grow = !data_ || data_->count() < count;
+  // Data and diff are zero-filled, so both are touched at once: check them together, before
+  // anything changes.
+  if (grow && backend_->is_host()) {
+    require_host_memory(2 * sizeof(float) * uint64_t(count),
+                        "tensor '" + name_ + "' " + lamina::shape_string(shape) +
+                            " with its gradient");
+  }
   shape_ = shape;
   count_ = count;
-  CHECK(backend_) << "tensor '" << name_ << "' has no backend";
-  if (!data_ || data_->count() < count) {
+  if (grow) {
     data_ = std::make_shared<Memory>(*backend_, count);
     diff_ = std::make_shared<Memory>(*backend_, count);
   }

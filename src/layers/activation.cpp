@@ -16,6 +16,12 @@ class ActivationLayer : public Layer {
     if (F == Activation::kReLU) return {"relu_param"};
     return {};
   }
+  bool supports_in_place() const override { return true; }
+  // ReLU's f' is whether y > 0 (the slope is >= 0); Sigmoid's and TanH's are functions of y.
+  TopUse backward_reads_top() const override {
+    return F == Activation::kReLU ? TopUse::kPositive : TopUse::kValues;
+  }
+  bool keeps_positive_in_place() const override { return F == Activation::kReLU; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     if (F == Activation::kReLU) {

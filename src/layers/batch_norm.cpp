@@ -38,6 +38,7 @@ class BatchNormLayer : public Layer {
  public:
   using Layer::Layer;
   std::vector<std::string> parameter_messages() const override { return {"batch_norm_param"}; }
+  bool supports_in_place() const override { return true; }
   std::vector<Operation> operations() const override {
     return {Operation::kBatchNorm, Operation::kChannelAffine};
   }

@@ -18,6 +18,7 @@ class BiasLayer : public Layer {
   int max_bottoms() const override { return 2; }  // so the second bottom gets its own error
   std::vector<std::string> parameter_messages() const override { return {"bias_param"}; }
   std::vector<Operation> operations() const override { return {Operation::kChannelAffine}; }
+  bool supports_in_place() const override { return true; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     require_one_bottom(where(), "bias", bottom);

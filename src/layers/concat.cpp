@@ -30,7 +30,6 @@ class ConcatLayer : public Layer {
     Shape shape = first.shape();
     shape[axis_] = 0;
     for (const Tensor* b : bottom) {
-      LAMINA_REQUIRE(b != top[0], where(), "cannot work in place; give the top its own name");
       bool same = b->num_axes() == axes;
       for (int d = 0; same && d < axes; ++d) same = d == axis_ || b->dim(d) == first.dim(d);
       LAMINA_REQUIRE(same, where(), "bottoms must have equal shapes except along axis ", axis_,

@@ -26,7 +26,6 @@ class ConvolutionLayer : public Layer {
     const ConvolutionParameter& p = param_.convolution_param();
     const Tensor& x = *bottom[0];
     require_nchw(where(), x);
-    LAMINA_REQUIRE(top[0] != bottom[0], where(), "cannot work in place; give the top its own name");
     LAMINA_REQUIRE(p.has_num_output() && p.num_output() > 0, where(),
                    "convolution_param.num_output must be set to a positive number of outputs");
     const auto list = [](const google::protobuf::RepeatedField<uint32_t>& r) {

@@ -17,6 +17,9 @@ class DropoutLayer : public Layer {
  public:
   using Layer::Layer;
   std::vector<std::string> parameter_messages() const override { return {"dropout_param"}; }
+  bool supports_in_place() const override { return true; }
+  // Kept values are scaled by 1/(1-ratio) > 0; dropped ones become 0 but get no gradient.
+  bool keeps_positive_in_place() const override { return true; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     ratio_ = param_.dropout_param().dropout_ratio();

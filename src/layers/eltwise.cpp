@@ -32,7 +32,6 @@ class EltwiseLayer : public Layer {
     op_ = p.operation();
     const Tensor& first = *bottom[0];
     for (const Tensor* b : bottom) {
-      LAMINA_REQUIRE(b != top[0], where(), "cannot work in place; give the top its own name");
       LAMINA_REQUIRE(b->shape() == first.shape(), where(), "bottoms must have equal shapes, but '",
                      first.name(), "' is ", first.shape_string(), " and '", b->name(), "' is ",
                      b->shape_string());

@@ -27,7 +27,6 @@ class PoolingLayer : public Layer {
     const PoolingParameter& p = param_.pooling_param();
     const Tensor& x = *bottom[0];
     require_nchw(where(), x);
-    LAMINA_REQUIRE(top[0] != bottom[0], where(), "cannot work in place; give the top its own name");
     method_ = p.pool() == PoolingParameter::MAX ? PoolMethod::kMax : PoolMethod::kAverage;
     const auto one = [](bool has, uint32_t v) {
       return has ? std::vector<int64_t>{v} : std::vector<int64_t>{};

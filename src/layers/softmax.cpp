@@ -14,6 +14,8 @@ class SoftmaxLayer : public Layer {
  public:
   using Layer::Layer;
   std::vector<std::string> parameter_messages() const override { return {}; }
+  bool supports_in_place() const override { return true; }
+  TopUse backward_reads_top() const override { return TopUse::kValues; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const Tensor& x = *bottom[0];

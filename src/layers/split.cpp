@@ -16,8 +16,6 @@ class SplitLayer : public Layer {
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     for (Tensor* t : top) {
-      LAMINA_REQUIRE(t != bottom[0], where(), "cannot work in place: top '", t->name(),
-                     "' is its bottom");
       t->reshape(bottom[0]->shape());
       t->share_data(*bottom[0]);
     }

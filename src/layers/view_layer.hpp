@@ -11,7 +11,6 @@ class ViewLayer : public Layer {
   using Layer::Layer;
 
   void setup(const Tensors& bottom, const Tensors& top) override {
-    LAMINA_REQUIRE(top[0] != bottom[0], where(), "cannot work in place; give the top its own name");
     top[0]->reshape(view_shape(*bottom[0]));
     top[0]->share_data(*bottom[0]);
     top[0]->share_diff(*bottom[0]);

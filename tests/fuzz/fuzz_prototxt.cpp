@@ -74,7 +74,7 @@ void run(const uint8_t* data, size_t size) {
     train.reset();
   }
   try {
-    Net test(param, TEST, backend, 2, train.get(), path);
+    Net test(param, TEST, backend, 2, train ? train->arena_handle() : nullptr, path);
     test.forward();
     (void)test.loss();
     accepted("TEST net");

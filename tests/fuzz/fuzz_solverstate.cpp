@@ -97,8 +97,8 @@ struct Observed {
   Net::LayerStates train, test;
 };
 Observed observe(Solver& s) {
-  const float* w = s.net().param_data();
-  return {s.iter(), std::vector<float>(w, w + s.net().arena_count()), s.net().layer_states(),
+  const float* w = s.net().arena().data();
+  return {s.iter(), std::vector<float>(w, w + s.net().arena().count()), s.net().layer_states(),
           s.test_net()->layer_states()};
 }
 bool same(const Observed& a, const Observed& b) {

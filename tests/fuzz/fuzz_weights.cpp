@@ -49,8 +49,8 @@ Fixture& fixture() {
     auto fx = std::make_unique<Fixture>();
     fx->net = std::make_unique<Net>(parse_net_parameter(kNet, "fuzz_weights"), TRAIN,
                                     fx->backend, 3);
-    const float* w = fx->net->param_data();
-    fx->initial.assign(w, w + fx->net->arena_count());
+    const float* w = fx->net->arena().data();
+    fx->initial.assign(w, w + fx->net->arena().count());
     const std::string seed = (scratch_dir() / "seed.lamina").string();
     save_weights(*fx->net, seed);
     write_seed("seed-weights.lamina", read_text_file(seed));
@@ -60,8 +60,8 @@ Fixture& fixture() {
 }
 
 std::vector<float> arena(const Net& net) {
-  const float* w = net.param_data();
-  return std::vector<float>(w, w + net.arena_count());
+  const float* w = net.arena().data();
+  return std::vector<float>(w, w + net.arena().count());
 }
 
 void run(const uint8_t* data, size_t size) {
@@ -93,7 +93,7 @@ void run(const uint8_t* data, size_t size) {
     }
   }
   // The next input starts from the same weights.
-  std::memcpy(net.param_data(), fx.initial.data(), sizeof(float) * fx.initial.size());
+  std::memcpy(net.arena().data(), fx.initial.data(), sizeof(float) * fx.initial.size());
 }
 
 }  // namespace

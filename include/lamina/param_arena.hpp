@@ -1,0 +1,88 @@
+// ParamArena: every learnable parameter of one trained net in one buffer (llm.c's layout).
+//
+// Conventions:
+//   - Four kinds of array share one layout of count() floats: the weights (data), their
+//     gradients (diff), and the optimizer's state arrays (state(k): SGD's history, Adam's
+//     first and second moments, ...). Parameter i occupies [offset, offset + count) of each;
+//     every parameter starts on a kArenaBlock boundary, and the padding between parameters
+//     is zero and stays zero.
+//   - Gradients accumulate with += (shared parameters, iter_size); zero_diff() is the one
+//     memset per iteration. Layers see parameters as Tensor views bound into data and diff.
+//   - The table (name, shape, lr_mult, decay_mult, offset) is fixed once the arena exists:
+//     snapshots, the fused update and a test net sharing the weights all read it.
+//   - A net builds its arena; a test net shares its training net's arena through the
+//     shared_ptr handle, so it evaluates exactly the weights being trained.
+//   - The segment table the fused update reads lives in backend memory, uploaded once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lamina/backend.hpp"
+#include "lamina/common.hpp"
+#include "lamina/tensor.hpp"
+
+namespace lamina {
+
+constexpr int64_t kParamAlignment = 64;  // floats: every parameter starts on 256 bytes
+
+struct ParamInfo {
+  std::string name;   // "<layer>/<role>" or the shared name from param { name }
+  Shape shape;
+  float lr_mult = 1;
+  float decay_mult = 1;
+  int64_t offset = 0;  // in floats from the start of the arena (set by the arena)
+  int64_t count = 0;
+  std::string layer;   // the first layer that declared it, for messages
+};
+
+class ParamArena {
+ public:
+  // Lays the table's parameters out (assigning offset and count) and allocates the weights
+  // and the gradients, zeroed. Names must be unique. Throws when the total exceeds
+  // kMaxElements.
+  ParamArena(Backend& backend, std::vector<ParamInfo> table);
+  ParamArena(const ParamArena&) = delete;
+  ParamArena& operator=(const ParamArena&) = delete;
+
+  Backend& backend() const { return backend_; }
+  const std::vector<ParamInfo>& table() const { return table_; }
+  const ParamInfo* find(const std::string& name) const;  // nullptr when absent
+  int64_t count() const { return count_; }                // floats, padding included
+
+  float* data() { return data_.as<float>(); }
+  const float* data() const { return data_.as<float>(); }
+  float* diff() { return diff_.as<float>(); }
+  const float* diff() const { return diff_.as<float>(); }
+  void zero_diff();
+
+  // Optimizer state: `arrays` arrays of count() floats each, zeroed. The solver asks for as
+  // many as its rule keeps (SGD 1, Adam 2); asking again for the same number keeps them.
+  void allocate_state(int arrays);
+  int num_state() const { return int(state_.size()); }
+  float* state(int k);
+  const float* state(int k) const;
+
+  // The segment table of the fused update (offset, count, lr_mult, decay_mult per
+  // parameter), in backend memory.
+  const ParamSegment* segments() const { return segments_.as<ParamSegment>(); }
+  int num_segments() const { return int(table_.size()); }
+
+  // Whole-array copies between an array of this arena (data(), diff(), state(k)) and the
+  // host: snapshots, diagnosis and tests. to_host waits for the device.
+  std::vector<float> to_host(const float* array) const;
+  void from_host(const std::vector<float>& values, float* array);
+
+ private:
+  Backend& backend_;
+  std::vector<ParamInfo> table_;
+  int64_t count_ = 0;
+  Buffer data_;
+  Buffer diff_;
+  std::vector<Buffer> state_;
+  Buffer segments_;
+};
+
+}  // namespace lamina

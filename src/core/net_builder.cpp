@@ -1,0 +1,461 @@
+// Net construction, as named phases run in order by Net::build:
+//   1. flatten_layers    drop the layers the phase excludes, expand Sequential containers
+//   2. resolve_chaining  instantiate the layers, give implicit bottoms and tops their blobs
+//   3. insert_splits     a Split after every blob version that feeds several layers
+//   4. set_up_layers     create the blobs, set every layer up in order, find the outputs
+//   5. collect_losses    the scalar tops that count in the loss, with their weights
+//   6. infer_backward    which layers need backward, and which bottoms get gradients
+//   7. bind_params       build (or share) the parameter arena and bind every parameter
+// Errors name the prototxt file, the line of the layer, its name and type (net.hpp).
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "lamina/counter_rng.hpp"
+#include "lamina/filler.hpp"
+#include "lamina/io.hpp"
+#include "lamina/net.hpp"
+#include "lamina/registry.hpp"
+
+namespace lamina {
+
+struct FlatLayer {
+  LayerParameter param;
+  std::vector<int> index_path;  // position in the prototxt, for error messages
+};
+
+struct NetPlan {
+  Backend& backend;
+  Phase phase;
+  uint64_t seed;
+  std::string source;  // the prototxt file, or ""
+  std::vector<FlatLayer> flat;
+  std::vector<std::unique_ptr<Layer>> layers;          // one per flat layer
+  std::vector<std::vector<std::string>> bottoms, tops;  // blob names, per layer
+};
+
+namespace {
+
+// "file:line: " of a layer in its prototxt, or "" when the net did not come from a file.
+std::string location(const std::string& source, const std::vector<int>& path) {
+  if (source.empty()) return {};
+  const int line = layer_line(source, path);
+  return source + ":" + (line ? std::to_string(line) + ":" : "") + " ";
+}
+
+// Rethrows a layer's error with "file:line: [TEST net: ]layer 'name' (type): " in front.
+[[noreturn]] void rethrow(const NetPlan& plan, const FlatLayer& f, const Error& e) {
+  std::string what = e.what();
+  if (what.rfind("layer '", 0) != 0)
+    what = "layer '" + f.param.name() + "' (" + f.param.type() + "): " + what;
+  throw Error(location(plan.source, f.index_path) +
+              (plan.phase == TEST ? "TEST net: " : "") + what);
+}
+
+bool included(const LayerParameter& p, Phase phase) {
+  for (const NetStateRule& rule : p.exclude())
+    if (!rule.has_phase() || rule.phase() == phase) return false;
+  if (p.include_size() == 0) return true;
+  for (const NetStateRule& rule : p.include())
+    if (!rule.has_phase() || rule.phase() == phase) return true;
+  return false;
+}
+
+// Appends the layers of `p` (a Sequential container expands into its children, chained in
+// order and named "<container>/<child>"). The prototxt parser's depth limit bounds the
+// recursion.
+void flatten(const LayerParameter& p, std::vector<int> path, const std::string& prefix,
+             NetPlan& plan) {
+  if (!included(p, plan.phase)) return;
+  const std::string name = prefix + (p.has_name() ? p.name() : "layer" + std::to_string(path.back()));
+  auto here = [&] {
+    return location(plan.source, path) + (plan.phase == TEST ? "TEST net: " : "") + "layer '" +
+           name + "' (" + p.type() + "): ";
+  };
+  std::vector<FlatLayer>& out = plan.flat;
+  if (p.type() != "Sequential") {
+    LAMINA_REQUIRE(p.layer_size() == 0, here(), "only a Sequential container may hold layers");
+    FlatLayer flat{p, path};
+    flat.param.set_name(name);
+    out.push_back(std::move(flat));
+    return;
+  }
+  LAMINA_REQUIRE(p.param_size() == 0 && p.loss_weight_size() == 0,
+                 here(), "a Sequential container takes name, bottom, top, include/exclude and "
+                 "layer; put param and loss_weight on its children");
+  LAMINA_REQUIRE(p.layer_size() > 0, here(), "the Sequential container is empty");
+  LAMINA_REQUIRE(p.bottom_size() <= 1 && p.top_size() <= 1, here(),
+                 "a Sequential container has at most one bottom and one top");
+  const size_t first = out.size();
+  for (int i = 0; i < p.layer_size(); ++i) {
+    std::vector<int> child = path;
+    child.push_back(i);
+    flatten(p.layer(i), child, name + "/", plan);
+  }
+  LAMINA_REQUIRE(out.size() > first, here(), "no child layer is included in this phase");
+  if (p.bottom_size() == 1 && out[first].param.bottom_size() == 0)
+    out[first].param.add_bottom(p.bottom(0));
+  if (p.top_size() == 1 && out.back().param.top_size() == 0) out.back().param.add_top(p.top(0));
+}
+
+// 1.
+void flatten_layers(const NetParameter& param, const std::string& net_name, NetPlan& plan) {
+  for (int i = 0; i < param.layer_size(); ++i) flatten(param.layer(i), {i}, "", plan);
+  LAMINA_REQUIRE(!plan.flat.empty(), plan.source.empty() ? "net" : plan.source, ": the net '",
+                 net_name, "' has no layers in phase ", Phase_Name(plan.phase));
+}
+
+// Rejects a *_param message the layer does not read: no setting is silently ignored.
+void check_parameter_messages(const LayerParameter& p, const std::vector<std::string>& reads) {
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  p.GetReflection()->ListFields(p, &fields);
+  for (const auto* field : fields) {
+    const std::string& name = field->name();
+    if (name.size() < 6 || name.compare(name.size() - 6, 6, "_param") != 0) continue;
+    if (std::find(reads.begin(), reads.end(), name) != reads.end()) continue;
+    std::string list;
+    for (const std::string& r : reads) list += (list.empty() ? "" : ", ") + r;
+    fail("layer '", p.name(), "' (", p.type(), ") does not use ", name,
+         list.empty() ? "; it takes no parameter message" : "; it reads only " + list);
+  }
+}
+
+// 2. A layer without bottoms takes the previous layer's top (a loss or accuracy also takes
+//    "label"); a layer without tops gets a top named after itself.
+void resolve_chaining(NetPlan& plan) {
+  std::string previous_top;
+  std::set<std::string> names;
+  for (size_t i = 0; i < plan.flat.size(); ++i) {
+    const LayerParameter& p = plan.flat[i].param;
+    try {
+      LAMINA_REQUIRE(p.has_type() && !p.type().empty(), "layer '", p.name(), "' has no type");
+      LAMINA_REQUIRE(names.insert(p.name()).second, "layer '", p.name(),
+                     "': another layer has the same name");
+      LayerContext context{plan.backend, plan.phase, counter_hash(plan.seed, i)};
+      plan.layers.push_back(LayerRegistry::create(p, context));
+      Layer& layer = *plan.layers.back();
+      check_parameter_messages(p, layer.parameter_messages());
+      for (Operation op : layer.operations())
+        LAMINA_REQUIRE(plan.backend.supports(op), "layer '", p.name(), "' (", p.type(),
+                       ") needs ", operation_name(op), ", which the ", plan.backend.name(),
+                       " backend does not implement");
+      std::vector<std::string> b(p.bottom().begin(), p.bottom().end());
+      std::vector<std::string> t(p.top().begin(), p.top().end());
+      if (b.empty() && layer.min_bottoms() > 0) {
+        LAMINA_REQUIRE(!previous_top.empty(), "layer '", p.name(),
+                       "' names no bottom and no layer comes before it");
+        b.push_back(previous_top);
+        if (layer.min_bottoms() >= 2) b.push_back("label");
+      }
+      if (t.empty() && layer.min_tops() > 0) t.push_back(p.name());
+      auto count_ok = [](int n, int lo, int hi) { return n >= lo && (hi < 0 || n <= hi); };
+      LAMINA_REQUIRE(count_ok(int(b.size()), layer.min_bottoms(), layer.max_bottoms()),
+                     "layer '", p.name(), "' (", p.type(), ") takes ", layer.min_bottoms(),
+                     (layer.max_bottoms() == layer.min_bottoms() ? "" : " or more"),
+                     " bottom(s), got ", b.size());
+      LAMINA_REQUIRE(count_ok(int(t.size()), layer.min_tops(), layer.max_tops()), "layer '",
+                     p.name(), "' (", p.type(), ") takes ", layer.min_tops(),
+                     (layer.max_tops() == layer.min_tops() ? "" : " or more"), " top(s), got ",
+                     t.size());
+      if (!t.empty()) previous_top = t[0];
+      plan.bottoms.push_back(std::move(b));
+      plan.tops.push_back(std::move(t));
+    } catch (const Error& e) {
+      rethrow(plan, plan.flat[i], e);
+    }
+  }
+}
+
+// 3. A Split after every blob version that feeds several layers, so each layer writes its
+//    bottom gradients with = and the split sums them.
+void insert_splits(NetPlan& plan) {
+  const size_t n = plan.layers.size();
+  // (producer layer, top index) of the current version of each blob name, and its consumers.
+  std::map<std::string, std::pair<int, int>> producer;
+  std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> consumers;
+  for (size_t i = 0; i < n; ++i) {
+    const FlatLayer& f = plan.flat[i];
+    for (size_t j = 0; j < plan.bottoms[i].size(); ++j) {
+      auto it = producer.find(plan.bottoms[i][j]);
+      if (it == producer.end()) {
+        std::string known;
+        for (const auto& p : producer) known += (known.empty() ? "" : ", ") + p.first;
+        rethrow(plan, f,
+                Error("layer '" + f.param.name() + "' (" + f.param.type() + "): unknown bottom '" +
+                      plan.bottoms[i][j] + "'; blobs produced before it: " +
+                      (known.empty() ? "none" : known)));
+      }
+      consumers[it->second].push_back({int(i), int(j)});
+    }
+    for (size_t j = 0; j < plan.tops[i].size(); ++j) {
+      const std::string& t = plan.tops[i][j];
+      const auto& b = plan.bottoms[i];
+      const bool in_place = std::find(b.begin(), b.end(), t) != b.end();
+      if (producer.count(t) && !in_place) {
+        rethrow(plan, f,
+                Error("layer '" + f.param.name() + "': top '" + t +
+                      "' is already produced by an earlier layer (only in-place layers, whose "
+                      "bottom and top are the same blob, may reuse a name)"));
+      }
+      producer[t] = {int(i), int(j)};
+    }
+  }
+  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}};
+  // Consumer renames are applied as layers are emitted; producers come first.
+  std::map<std::pair<int, int>, std::string> rename;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < plan.bottoms[i].size(); ++j) {
+      auto r = rename.find({int(i), int(j)});
+      if (r != rename.end()) plan.bottoms[i][j] = r->second;
+    }
+    out.layers.push_back(std::move(plan.layers[i]));
+    out.bottoms.push_back(plan.bottoms[i]);
+    out.tops.push_back(plan.tops[i]);
+    out.flat.push_back(plan.flat[i]);
+    for (size_t j = 0; j < plan.tops[i].size(); ++j) {
+      auto c = consumers.find({int(i), int(j)});
+      if (c == consumers.end() || c->second.size() < 2) continue;
+      const std::string blob = plan.tops[i][j];
+      LayerParameter split;
+      split.set_name(blob + "_" + plan.flat[i].param.name() + "_" + std::to_string(j) + "_split");
+      split.set_type("Split");
+      split.add_bottom(blob);
+      std::vector<std::string> split_tops;
+      for (size_t k = 0; k < c->second.size(); ++k) {
+        split_tops.push_back(split.name() + "_" + std::to_string(k));
+        split.add_top(split_tops.back());
+        rename[c->second[k]] = split_tops.back();
+      }
+      LayerContext context{plan.backend, plan.phase, counter_hash(plan.seed, 1000003 + i)};
+      out.layers.push_back(LayerRegistry::create(split, context));
+      out.bottoms.push_back({blob});
+      out.tops.push_back(split_tops);
+      out.flat.push_back(FlatLayer{split, plan.flat[i].index_path});
+    }
+  }
+  plan.flat = std::move(out.flat);
+  plan.layers = std::move(out.layers);
+  plan.bottoms = std::move(out.bottoms);
+  plan.tops = std::move(out.tops);
+}
+
+}  // namespace
+
+Net::Net(const NetParameter& param, Phase phase, Backend& backend, uint64_t seed,
+         std::shared_ptr<ParamArena> shared_arena, const std::string& source)
+    : name_(param.name()), phase_(phase), backend_(backend) {
+  build(param, seed, std::move(shared_arena), source);
+}
+
+void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamArena> shared,
+                const std::string& source) {
+  NetPlan plan{backend_, phase_, seed, source, {}, {}, {}, {}};
+  flatten_layers(param, name_, plan);
+  resolve_chaining(plan);
+  insert_splits(plan);
+  set_up_layers(plan);
+  collect_losses(plan);
+  infer_backward();
+  bind_params(seed, std::move(shared));
+  for (size_t i = 0; i < layers_.size(); ++i)
+    VLOG(1) << "layer " << layers_[i]->name() << " (" << layers_[i]->type() << ")"
+            << (needs_backward_[i] ? " needs backward" : "");
+}
+
+// 4.
+void Net::set_up_layers(NetPlan& plan) {
+  std::vector<int> consumed;
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    LayerIO io;
+    Tensors bottom_tensors, top_tensors;
+    for (const std::string& b : plan.bottoms[i]) {
+      io.bottoms.push_back(blob_index_.at(b));
+      bottom_tensors.push_back(blobs_[io.bottoms.back()].get());
+      consumed.push_back(io.bottoms.back());
+    }
+    for (const std::string& t : plan.tops[i]) {
+      const auto& b = plan.bottoms[i];
+      if (std::find(b.begin(), b.end(), t) != b.end()) {
+        io.tops.push_back(blob_index_.at(t));
+      } else {
+        blobs_.push_back(std::make_unique<Tensor>(backend_, Shape{0}, t));
+        blob_needs_grad_.push_back(false);
+        io.tops.push_back(int(blobs_.size()) - 1);
+        blob_index_[t] = io.tops.back();
+      }
+      top_tensors.push_back(blobs_[io.tops.back()].get());
+    }
+    // In place (a top that is also a bottom): refused before setup where the result would be
+    // wrong (the layer does not support it, or it would overwrite values that another blob
+    // shares or an earlier layer's backward reads). See check_in_place in layer.hpp.
+    try {
+      if (works_in_place(bottom_tensors, top_tensors)) {
+        std::vector<EarlierLayer> earlier;
+        for (size_t j = 0; j < i; ++j) {
+          earlier.push_back({plan.layers[j].get(), {}});
+          for (int t : io_[j].tops) earlier.back().tops.push_back(blobs_[t].get());
+        }
+        check_in_place(*plan.layers[i], bottom_tensors, top_tensors, earlier);
+      }
+      plan.layers[i]->setup(bottom_tensors, top_tensors);
+    } catch (const Error& e) {
+      rethrow(plan, plan.flat[i], e);
+    }
+    io_.push_back(std::move(io));
+  }
+  layers_ = std::move(plan.layers);
+
+  // Outputs: blobs whose last version no layer consumes.
+  std::set<int> consumed_set(consumed.begin(), consumed.end());
+  for (size_t b = 0; b < blobs_.size(); ++b)
+    if (!consumed_set.count(int(b))) output_names_.push_back(blobs_[b]->name());
+}
+
+// 5.
+void Net::collect_losses(const NetPlan& plan) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerParameter& p = plan.flat[i].param;
+    try {
+      LAMINA_REQUIRE(p.loss_weight_size() <= int(io_[i].tops.size()), "layer '", p.name(),
+                     "' has ", p.loss_weight_size(), " loss_weight values for ",
+                     io_[i].tops.size(), " top(s)");
+      for (size_t j = 0; j < io_[i].tops.size(); ++j) {
+        float weight = j < size_t(p.loss_weight_size()) ? p.loss_weight(j)
+                                                        : (layers_[i]->is_loss() && j == 0 ? 1 : 0);
+        if (weight == 0) continue;
+        Tensor& top = *blobs_[io_[i].tops[j]];
+        LAMINA_REQUIRE(top.count() == 1, "layer '", p.name(), "': loss_weight is set on top '",
+                       top.name(), "' of shape ", top.shape_string(),
+                       ", but a loss must be a scalar");
+        loss_blobs_.push_back({io_[i].tops[j], weight});
+      }
+    } catch (const Error& e) {
+      rethrow(plan, plan.flat[i], e);
+    }
+  }
+  loss_ = std::make_unique<Tensor>(backend_, Shape{}, "loss");
+}
+
+// 6. A layer needs backward when its tops lead to a loss and it has learnable parameters or
+//    a bottom that needs a gradient.
+void Net::infer_backward() {
+  std::vector<bool> blob_to_loss(blobs_.size(), false);
+  for (const auto& l : loss_blobs_) blob_to_loss[l.first] = true;
+  std::vector<bool> layer_to_loss(layers_.size(), false);
+  for (int i = int(layers_.size()) - 1; i >= 0; --i) {
+    for (int t : io_[i].tops) layer_to_loss[i] = layer_to_loss[i] || blob_to_loss[t];
+    if (layer_to_loss[i])
+      for (int b : io_[i].bottoms) blob_to_loss[b] = true;
+  }
+  needs_backward_.assign(layers_.size(), false);
+  propagate_.resize(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    // The layer's own copy: a layer may add param { } blocks itself (BatchNorm freezes its
+    // statistics with lr_mult 0, as Caffe does).
+    const LayerParameter& p = layers_[i]->param();
+    bool learnable = false;
+    for (size_t k = 0; k < layers_[i]->params().size(); ++k)
+      learnable = learnable || (int(k) >= p.param_size() || p.param(k).lr_mult() != 0);
+    learnable_.push_back(learnable);
+    bool input_grad = false;
+    propagate_[i].assign(io_[i].bottoms.size(), false);
+    for (size_t j = 0; j < io_[i].bottoms.size(); ++j) {
+      const bool wants = blob_needs_grad_[io_[i].bottoms[j]] && layers_[i]->accepts_gradient(int(j));
+      propagate_[i][j] = wants && layer_to_loss[i];
+      input_grad = input_grad || wants;
+    }
+    needs_backward_[i] = layer_to_loss[i] && (learnable || input_grad);
+    if (learnable || input_grad)
+      for (int t : io_[i].tops) blob_needs_grad_[t] = true;
+  }
+}
+
+// 7. Parameters named alike (param { name }) share one entry, so their gradient is the sum
+//    of every use. Fillers run on the host with a seeded generator, so every backend starts
+//    from the same weights, and the arena is uploaded once.
+void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
+  struct Slot {
+    Tensor* tensor;
+    const FillerParameter* filler;
+    int entry;  // index in table
+  };
+  std::vector<ParamInfo> table;
+  std::map<std::string, int> by_name;
+  std::vector<Slot> slots;
+  for (const auto& layer_ptr : layers_) {
+    Layer& layer = *layer_ptr;
+    const LayerParameter& p = layer.param();
+    LAMINA_REQUIRE(p.param_size() <= int(layer.params().size()), "layer '", layer.name(),
+                   "' has ", layer.params().size(), " parameter(s) but ", p.param_size(),
+                   " param { } blocks");
+    for (size_t k = 0; k < layer.params().size(); ++k) {
+      Param& param = layer.params()[k];
+      ParamSpec spec = int(k) < p.param_size() ? p.param(k) : ParamSpec();
+      const std::string name = spec.name().empty() ? param.tensor->name() : spec.name();
+      auto found = by_name.find(name);
+      if (found != by_name.end()) {
+        const ParamInfo& owner = table[found->second];
+        LAMINA_REQUIRE(owner.shape == param.tensor->shape(), "layer '", layer.name(),
+                       "': shared parameter '", name, "' has shape ", shape_string(owner.shape),
+                       " where it was first declared and ", param.tensor->shape_string(), " here");
+        LAMINA_REQUIRE(owner.lr_mult == spec.lr_mult() && owner.decay_mult == spec.decay_mult(),
+                       "layer '", layer.name(), "': shared parameter '", name,
+                       "' has lr_mult/decay_mult ", spec.lr_mult(), "/", spec.decay_mult(),
+                       " here but ", owner.lr_mult, "/", owner.decay_mult, " where first declared");
+        slots.push_back({param.tensor.get(), &param.filler, found->second});
+        continue;
+      }
+      ParamInfo info;
+      info.name = name;
+      info.shape = param.tensor->shape();
+      info.lr_mult = spec.lr_mult();
+      info.decay_mult = spec.decay_mult();
+      info.layer = layer.name();
+      by_name[name] = int(table.size());
+      slots.push_back({param.tensor.get(), &param.filler, int(table.size())});
+      table.push_back(std::move(info));
+    }
+  }
+
+  if (shared) {
+    // View the other net's arena; every parameter must exist there with the same shape.
+    const char* theirs = phase_ == TEST ? "TRAIN" : "other";
+    for (Slot& s : slots) {
+      const ParamInfo& mine = table[s.entry];
+      const ParamInfo* source = shared->find(mine.name);
+      LAMINA_REQUIRE(source, Phase_Name(phase_), " net: parameter '", mine.name, "' of layer '",
+                     mine.layer, "' does not exist in the ", theirs,
+                     " net it shares weights with");
+      LAMINA_REQUIRE(source->shape == mine.shape, Phase_Name(phase_), " net: parameter '",
+                     mine.name, "' has shape ", shape_string(mine.shape), " here but ",
+                     shape_string(source->shape), " in the ", theirs, " net");
+      s.tensor->bind(backend_, shared->data() + source->offset, shared->diff() + source->offset);
+    }
+    arena_ = std::move(shared);
+    return;
+  }
+
+  arena_ = std::make_shared<ParamArena>(backend_, std::move(table));
+  if (arena_->count() == 0) return;
+  std::vector<float> host(arena_->count(), 0.0f), values;
+  std::mt19937_64 rng(seed);
+  std::vector<bool> filled(arena_->table().size(), false);
+  for (Slot& s : slots) {
+    const ParamInfo& info = arena_->table()[s.entry];
+    s.tensor->bind(backend_, arena_->data() + info.offset, arena_->diff() + info.offset);
+    if (filled[s.entry]) continue;
+    try {
+      fill(*s.filler, info.shape, rng, values);
+    } catch (const Error& e) {
+      fail("parameter '", info.name, "': ", e.what());
+    }
+    std::copy(values.begin(), values.end(), host.begin() + info.offset);
+    filled[s.entry] = true;
+  }
+  arena_->from_host(host, arena_->data());
+}
+
+}  // namespace lamina

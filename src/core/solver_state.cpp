@@ -1,0 +1,107 @@
+// The solver state file's records: encoding and validation (solver_state.hpp).
+#include "lamina/solver_state.hpp"
+
+#include <climits>
+#include <set>
+
+namespace lamina {
+namespace {
+
+constexpr char kTrainStates[] = "state/train/";
+constexpr char kTestStates[] = "state/test/";
+
+}  // namespace
+
+std::string optimizer_state_prefix(int k) {
+  return k == 0 ? "history/" : "history" + std::to_string(k + 1) + "/";
+}
+
+std::vector<SnapshotRecord> encode_solver_state(const SolverState& s, const ParamArena& arena) {
+  std::vector<SnapshotRecord> records;
+  records.push_back(SnapshotRecord::of_ints("iteration", {s.iteration}));
+  records.push_back(SnapshotRecord::of_ints("seed", {int64_t(s.seed)}));
+  records.push_back(SnapshotRecord::of_bytes("solver_type", s.solver_type));
+  records.push_back(SnapshotRecord::of_bytes("net_name", s.net_name));
+  for (size_t k = 0; k < s.optimizer.size(); ++k) {
+    const std::vector<float>& array = s.optimizer[k];
+    for (const ParamInfo& info : arena.table()) {
+      records.push_back(SnapshotRecord::of_floats(
+          optimizer_state_prefix(int(k)) + info.name, info.shape,
+          std::vector<float>(array.begin() + info.offset, array.begin() + info.offset + info.count)));
+    }
+  }
+  records.push_back(
+      SnapshotRecord::of_floats("loss_ring", {int64_t(s.loss_ring.size())}, s.loss_ring));
+  records.push_back(SnapshotRecord::of_floats("loss_sum", {1}, {s.loss_sum}));
+  records.push_back(SnapshotRecord::of_ints("loss_sum_count", {s.loss_sum_count}));
+  for (const auto& [prefix, states] : {std::pair{kTrainStates, &s.train_layers},
+                                       std::pair{kTestStates, &s.test_layers}}) {
+    for (const auto& [layer, values] : *states)
+      records.push_back(SnapshotRecord::of_ints(prefix + layer, values));
+  }
+  records.push_back(SnapshotRecord::of_bytes("weights_file", s.weights_file));
+  records.push_back(SnapshotRecord::of_ints("weights_crc32", {int64_t(s.weights_crc32)}));
+  return records;
+}
+
+SolverState decode_solver_state(const SnapshotFile& file, const std::string& path,
+                                const ParamArena& arena, const std::string& solver_type,
+                                int num_optimizer_arrays) {
+  const std::string what = "solver state '" + path + "': ";
+  using Type = SnapshotRecord::Type;
+  std::set<std::string> used;
+  auto get = [&](const std::string& name, Type type, int64_t count) -> const SnapshotRecord& {
+    const SnapshotRecord* r = file.find(name);
+    LAMINA_REQUIRE(r, what, "missing record '", name, "'; the file is damaged or not a Lamina "
+                   "solver state");
+    LAMINA_REQUIRE(r->type == type && (count < 0 || r->count() == count), what, "record '",
+                   name, "' has the wrong type or size");
+    used.insert(name);
+    return *r;
+  };
+  SolverState s;
+  s.iteration = get("iteration", Type::kInt64, 1).ints[0];
+  LAMINA_REQUIRE(s.iteration >= 0 && s.iteration <= INT_MAX, what, "iteration ", s.iteration,
+                 " is out of range");
+  s.seed = uint64_t(get("seed", Type::kInt64, 1).ints[0]);
+  s.solver_type = get("solver_type", Type::kBytes, -1).bytes;
+  LAMINA_REQUIRE(s.solver_type == solver_type, what, "it was written by a ", s.solver_type,
+                 " solver, but this solver is ", solver_type, "; resume with the same type, or "
+                 "start a new run from its weights (fine-tuning)");
+  s.net_name = get("net_name", Type::kBytes, -1).bytes;
+  s.weights_file = get("weights_file", Type::kBytes, -1).bytes;
+  s.weights_crc32 = uint32_t(get("weights_crc32", Type::kInt64, 1).ints[0]);
+  s.loss_ring = get("loss_ring", Type::kFloat32, -1).floats;
+  s.loss_sum = get("loss_sum", Type::kFloat32, 1).floats[0];
+  s.loss_sum_count = get("loss_sum_count", Type::kInt64, 1).ints[0];
+
+  // The optimizer's arrays, keyed like the weights.
+  for (int k = 0; k < num_optimizer_arrays; ++k) {
+    const std::string prefix = optimizer_state_prefix(k);
+    WeightsLoadReport report;
+    s.optimizer.push_back(
+        arena_from_records(arena, file, path, prefix, WeightsMatch::kExact, &report));
+    for (const std::string& name : report.loaded) used.insert(prefix + name);
+  }
+  // Layer states of both nets.
+  for (const SnapshotRecord& r : file.records) {
+    for (const auto& [prefix, states] : {std::pair{kTrainStates, &s.train_layers},
+                                         std::pair{kTestStates, &s.test_layers}}) {
+      const std::string p = prefix;
+      if (r.name.compare(0, p.size(), p) != 0) continue;
+      LAMINA_REQUIRE(r.type == Type::kInt64, what, "record '", r.name, "' is not int64");
+      (*states)[r.name.substr(p.size())] = r.ints;
+      used.insert(r.name);
+    }
+  }
+  for (const SnapshotRecord& r : file.records) {
+    if (used.count(r.name)) continue;
+    if (r.name.rfind("history", 0) == 0)
+      fail(what, "it holds '", r.name, "', which no parameter of the net matches; it was "
+           "written for a different net");
+    fail(what, "unknown record '", r.name, "'");
+  }
+  return s;
+}
+
+}  // namespace lamina
