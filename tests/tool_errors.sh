@@ -126,12 +126,17 @@ expect_error "divergence" "diverged.*nonfinite: CONTINUE.*--nonfinite continue" 
   "$lamina" train --solver "$diverging_solver"
 
 # A file-size limit is a write error naming the snapshot, not death by SIGXFSZ (the tool
-# ignores the signal, so write() fails with EFBIG). With snapshot_failure: CONTINUE the exit
-# status after a failed final snapshot is the solver's (see docs/snapshots.md).
+# ignores the signal, so write() fails with EFBIG); training goes on past failed periodic
+# snapshots only with snapshot_failure: CONTINUE, and a final snapshot that could not be
+# written still makes the exit status 1.
 mkdir "$tmp/fsz"
 fsz_solver=$(solver_file fsz/run "" "snapshot: 1")
 expect_error "ulimit -f: a file-size limit" \
   "cannot write '$tmp/fsz/run_iter_1.lamina'.*File too large.*--snapshot-failure continue" \
   bash -c 'ulimit -f 0; exec "$0" "$@"' "$lamina" train --solver "$fsz_solver"
+expect_error "ulimit -f with --snapshot-failure continue: the final snapshot" \
+  "final snapshot could not be written: cannot write '$tmp/fsz/run_iter_2.lamina'.*File too large" \
+  bash -c 'ulimit -f 0; exec "$0" "$@"' "$lamina" train --solver "$fsz_solver" \
+  --snapshot-failure continue
 
 report
