@@ -1,4 +1,4 @@
-// What the MNIST benchmarks share: the backend choice and the median training epoch.
+// What the MNIST benchmarks share: the command line, the backend and the median training epoch.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,8 +9,7 @@
 #include <vector>
 
 #include "../examples/mnist/mnist_model.hpp"
-#include "lamina/cuda.hpp"
-#include "lamina/native_backend.hpp"
+#include "lamina/backend_factory.hpp"
 
 namespace lamina::bench {
 
@@ -20,26 +19,29 @@ inline double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// GPU gpu, or the CPU when gpu < 0.
-inline std::unique_ptr<Backend> make_backend(int gpu) {
-  if (gpu >= 0) return make_cuda_backend(gpu);
-  return std::make_unique<NativeBackend>();
-}
-
 // The command line both benchmarks take.
 struct Options {
   std::vector<int> batch_sizes = {64, 256};
-  int gpu = -1;
+  std::string gpu;  // --gpu as given; empty: the CPU
   int repeats = 3;  // epochs timed per batch size
   mnist::ModelOptions model;
 };
 
 inline void add_options(CLI::App& app, Options& o) {
   app.add_option("--batch-sizes", o.batch_sizes, "Batch sizes to time")->delimiter(',');
-  app.add_option("--gpu", o.gpu, "Time on this GPU (default: the CPU)");
+  app.add_option("--gpu", o.gpu, "Time on this GPU; -1 times on the CPU (the default)");
   app.add_option("--epochs", o.repeats, "Epochs timed per batch size; the median is reported")
       ->capture_default_str();
   app.add_option("--data-dir", o.model.data_dir, "Directory holding the MNIST IDX files");
+}
+
+// The backend the options ask for, after checking the values no default can stand in for.
+inline std::unique_ptr<Backend> checked_backend(const Options& o) {
+  LAMINA_REQUIRE(o.repeats > 0, "--epochs must be > 0, got ", o.repeats);
+  LAMINA_REQUIRE(!o.batch_sizes.empty(), "--batch-sizes names no batch size");
+  for (int batch : o.batch_sizes)
+    LAMINA_REQUIRE(batch > 0, "--batch-sizes: every batch size must be > 0, got ", batch);
+  return lamina::make_backend(o.gpu.empty() ? "cpu" : backend_spec_from_gpu(o.gpu));
 }
 
 struct EpochTiming {

@@ -80,9 +80,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    LAMINA_REQUIRE(o.repeats > 0 && layer_iterations > 0,
-                   "--epochs and --layer-iterations must be > 0");
-    std::unique_ptr<lamina::Backend> backend = lamina::bench::make_backend(o.gpu);
+    LAMINA_REQUIRE(layer_iterations > 0, "--layer-iterations must be > 0, got ",
+                   layer_iterations);
+    std::unique_ptr<lamina::Backend> backend = lamina::bench::checked_backend(o);
     std::printf("LeNet (conv 20 5x5, pool, conv 50 5x5, pool, 500, ReLU, 10) on %s\n",
                 backend->name().c_str());
     std::printf("%6s %8s %10s %12s %10s %10s %10s %11s %10s\n", "batch", "iters", "epoch_s",

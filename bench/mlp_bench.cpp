@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::unique_ptr<lamina::Backend> backend = lamina::bench::make_backend(o.gpu);
+    std::unique_ptr<lamina::Backend> backend = lamina::bench::checked_backend(o);
     std::printf("MNIST MLP 784-512-512-10 on %s\n", backend->name().c_str());
     std::printf("%6s %8s %12s %14s %14s %12s %8s\n", "batch", "iters", "epoch_s", "samples/s",
                 "gemm_GFLOP", "sgemm_GF/s", "ratio");
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
 
       const std::vector<Gemm> gemms = mlp_gemms(batch);
       const double epoch_flops = flops(gemms) * m.iters_per_epoch;
-      if (o.gpu >= 0) {  // on a GPU the reference is bench/pytorch_mlp.py
+      if (!backend->is_host()) {  // on a GPU the reference is bench/pytorch_mlp.py
         std::printf("%6d %8d %12.4f %14.0f %14.1f %12s %8s\n", batch, m.iters_per_epoch, epoch,
                     m.iters_per_epoch * double(batch) / epoch, epoch_flops / 1e9, "-", "-");
         continue;
@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
                   m.iters_per_epoch * double(batch) / epoch, epoch_flops / 1e9, rate / 1e9,
                   epoch / (epoch_flops / rate));
     }
-    if (o.gpu < 0) {
+    if (backend->is_host()) {
       std::printf("ratio = epoch time / (epoch GEMM FLOPs / sgemm rate at the same shapes); "
                   "target <= 1.5 on the CPU\n");
     }

@@ -20,8 +20,7 @@
 #include <vector>
 
 #include "../examples/mnist/mnist_model.hpp"
-#include "lamina/cuda.hpp"
-#include "lamina/native_backend.hpp"
+#include "lamina/backend_factory.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina/solver.hpp"
 
@@ -52,23 +51,24 @@ int main(int argc, char** argv) {
   FLAGS_minloglevel = 1;  // no per-snapshot INFO lines in the timings
   CLI::App app{"Snapshot write and load times for the MNIST models"};
   std::vector<std::string> models = {"mlp"};
-  int gpu = -1, repeats = 10;
+  std::string gpu = "-1";
+  int repeats = 10;
   std::string dir = (std::filesystem::temp_directory_path() /
                      ("lamina_snapshot_bench_" + std::to_string(::getpid())))
                         .string();
   std::string data_dir = lamina::mnist::ModelOptions().data_dir;
   app.add_option("--model", models, "models/mnist/MODEL_solver.prototxt (repeatable)");
-  app.add_option("--gpu", gpu, "GPU device (default: the CPU)");
+  app.add_option("--gpu", gpu, "GPU device; -1 is the CPU (the default)");
   app.add_option("--repeats", repeats, "Runs per median");
   app.add_option("--dir", dir, "Directory for the snapshot files (its disk is what is timed)");
   app.add_option("--data-dir", data_dir, "MNIST IDX files");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    std::filesystem::create_directories(dir);
+    LAMINA_REQUIRE(repeats > 0, "--repeats must be > 0, got ", repeats);
     std::unique_ptr<lamina::Backend> backend =
-        gpu >= 0 ? lamina::make_cuda_backend(gpu)
-                 : std::unique_ptr<lamina::Backend>(new lamina::NativeBackend());
+        lamina::make_backend(lamina::backend_spec_from_gpu(gpu));
+    std::filesystem::create_directories(dir);
     std::printf("snapshot timings on %s, files in %s, median of %d\n", backend->name().c_str(),
                 dir.c_str(), repeats);
     std::printf("%-8s %10s %10s %10s %10s %12s %12s\n", "model", "params", "weights", "state",

@@ -1,6 +1,12 @@
 // The lamina command-line tool: train a net from a solver prototxt (resuming from a
 // snapshot or starting from trained weights), score trained weights, time a net layer by
-// layer, list GPUs. User mistakes print one message and exit 1.
+// layer, list GPUs. User mistakes print one message and exit 1; a misspelt subcommand or
+// option is named with the closest one (command_line.hpp).
+//
+// --gpu N runs on GPU N; --gpu -1 runs on the CPU, and for `train` overrides the solver
+// file's solver_mode: GPU. Without --gpu, `train` follows the solver file and `test` and
+// `time` run on the CPU. SIGXFSZ is ignored: a file-size limit (ulimit -f) makes a snapshot
+// write fail with EFBIG, reported with its path like a full disk.
 //
 // Signals during `train` (docs/snapshots.md): SIGINT and SIGTERM snapshot and stop, SIGHUP
 // snapshots and goes on; --sigint-effect, --sigterm-effect and --sighup-effect (stop,
@@ -20,10 +26,13 @@
 #include <iostream>
 #include <memory>
 #include <new>
+#include <set>
+#include <utility>
 
+#include "command_line.hpp"
+#include "lamina/backend_factory.hpp"
 #include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
-#include "lamina/native_backend.hpp"
 #include "lamina/net.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina/solver.hpp"
@@ -112,16 +121,75 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-std::unique_ptr<lamina::Backend> make_backend(int gpu) {
-  if (gpu < 0) return std::make_unique<lamina::NativeBackend>();
-  return lamina::make_cuda_backend(gpu);
+// The backend of `lamina test` and `lamina time`: --gpu N, or the CPU (also --gpu -1).
+std::unique_ptr<lamina::Backend> backend_for(const std::string& gpu) {
+  return lamina::make_backend(gpu.empty() ? "cpu" : lamina::backend_spec_from_gpu(gpu));
 }
+
+// Runs fn; an Error it throws is thrown again with `context` in front ("TEST net of m: ...").
+template <class Fn>
+auto with_context(const std::string& context, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const lamina::Error& e) {
+    throw lamina::Error(context + ": " + e.what());
+  }
+}
+
+// Up to `limit` names, then how many more: "a, b, c and 12 more".
+std::string some_names(const std::vector<std::string>& names, size_t limit = 5) {
+  if (names.empty()) return "none";
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < limit; ++i)
+    out += (i ? ", " : "") + ("'" + names[i] + "'");
+  if (names.size() > limit) out += " and " + std::to_string(names.size() - limit) + " more";
+  return out;
+}
+
+// Loads a --weights file into net. A file none of whose entries is a parameter of the net
+// (trained for another net, or named differently) is an error naming both sides, unless
+// allow_unmatched. net_label: "net 'x'", "TEST net"; how_to_allow: how the error can be
+// overridden, when it can (", or give --flag to ...").
+lamina::WeightsLoadReport load_user_weights(lamina::Net& net, const std::string& path,
+                                            lamina::WeightsMatch match,
+                                            const std::string& net_label, bool allow_unmatched,
+                                            const std::string& how_to_allow = {}) {
+  const lamina::SnapshotFile file =
+      lamina::read_snapshot_file(path, lamina::SnapshotKind::kWeights);
+  std::vector<std::string> params, entries;
+  for (const lamina::ParamInfo& info : net.arena().table()) params.push_back(info.name);
+  const std::set<std::string> known(params.begin(), params.end());
+  bool any = false;
+  for (const lamina::SnapshotRecord& record : file.records) {
+    entries.push_back(record.name);
+    any = any || known.count(record.name) > 0;
+  }
+  if (!any && !allow_unmatched) {
+    lamina::fail("weights file '", path, "' matches no parameter of the ", net_label,
+                 ": the net has ", params.size(), " parameter", params.size() == 1 ? "" : "s",
+                 " (", some_names(params), "), the file ", entries.size(), " entr",
+                 entries.size() == 1 ? "y" : "ies", " (", some_names(entries), "). Parameters "
+                 "are matched by name (<layer>/<role>): give weights trained for this net",
+                 how_to_allow, ".");
+  }
+  return lamina::load_weights(net.arena(), file, path, match);
+}
+
+// Solver fields that `lamina train` can also set with a flag: a library message naming the
+// field gets the flag as a hint (the library knows nothing of this tool's flags).
+const std::vector<lamina::cli::FieldFlag> kTrainFieldFlags = {
+    {"nonfinite: CONTINUE", "--nonfinite continue"},
+    {"snapshot_failure: CONTINUE", "--snapshot-failure continue"},
+    {"solver_mode: GPU", "--gpu N"},
+    {"solver_mode: CPU", "--gpu -1"},
+};
 
 struct TrainOptions {
   std::string solver_path;
-  int gpu = -1;
+  std::string gpu;       // empty: as the solver file says; -1: the CPU whatever it says
   std::string snapshot;  // a .solverstate to resume from
   std::string weights;   // a .lamina to start from (fine-tuning)
+  bool allow_unmatched_weights = false;
   std::string sigint_effect = "stop", sigterm_effect = "stop", sighup_effect = "snapshot";
   std::string snapshot_failure, nonfinite;  // empty: as the solver file says
 };
@@ -129,6 +197,8 @@ struct TrainOptions {
 int train(const TrainOptions& o) {
   LAMINA_REQUIRE(o.snapshot.empty() || o.weights.empty(), "give --snapshot to resume training "
                  "or --weights to start from trained weights, not both");
+  LAMINA_REQUIRE(!o.allow_unmatched_weights || !o.weights.empty(),
+                 "--allow-unmatched-weights is for --weights, which was not given");
   const Effect sigint = parse_effect("--sigint-effect", o.sigint_effect);
   const Effect sigterm = parse_effect("--sigterm-effect", o.sigterm_effect);
   const Effect sighup = parse_effect("--sighup-effect", o.sighup_effect);
@@ -145,14 +215,18 @@ int train(const TrainOptions& o) {
     param.set_snapshot_prefix((std::filesystem::path(param.snapshot_prefix()) /
                                std::filesystem::path(o.solver_path).stem()).string());
   }
-  auto backend = lamina::make_solver_backend(param, o.gpu);  // --gpu wins over solver_mode
+  // --gpu wins over the solver's solver_mode and device_id.
+  auto backend = lamina::make_solver_backend(
+      param, o.gpu.empty() ? "" : lamina::backend_spec_from_gpu(o.gpu));
   std::cout << "Training on " << backend->name() << std::endl;
   auto solver = lamina::Solver::create(param, o.solver_path, *backend);
   if (!o.snapshot.empty()) {
     solver->restore(o.snapshot);
   } else if (!o.weights.empty()) {
-    const lamina::WeightsLoadReport report =
-        lamina::load_weights(solver->net(), o.weights, lamina::WeightsMatch::kFineTune);
+    const lamina::WeightsLoadReport report = load_user_weights(
+        solver->net(), o.weights, lamina::WeightsMatch::kFineTune,
+        "net '" + solver->net().name() + "'", o.allow_unmatched_weights,
+        ", or give --allow-unmatched-weights to train every parameter from its filler");
     LOG(INFO) << "Fine-tuning from " << o.weights << ": " << report.loaded.size()
               << " parameter(s) loaded";
     for (const std::string& name : report.kept_filler)
@@ -165,9 +239,11 @@ int train(const TrainOptions& o) {
   solver->solve();
   if (solver->stopped_early()) {
     std::cout << "stopped at iteration " << solver->iter();
-    if (!solver->last_snapshot().empty())
+    if (!solver->last_snapshot().empty()) {
       std::cout << "; resume with: lamina train --solver " << o.solver_path << " --snapshot "
                 << solver->last_snapshot().state;
+      if (!o.gpu.empty()) std::cout << " --gpu " << o.gpu;
+    }
     std::cout << std::endl;
     return 0;
   }
@@ -179,29 +255,38 @@ int train(const TrainOptions& o) {
 }
 
 // Scores trained weights: the mean of every output of the TEST net over `iterations`
-// batches.
+// batches. Errors of the TEST net (building it, loading the weights into it, running it) say
+// that it is the TEST net.
 int test(const std::string& model_path, const std::string& weights_path, int iterations,
-         int gpu) {
-  LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0");
-  auto backend = make_backend(gpu);
-  lamina::Net net(lamina::read_net_parameter(model_path), lamina::TEST, *backend, 1, nullptr,
-                  model_path);
-  const lamina::WeightsLoadReport report =
-      lamina::load_weights(net, weights_path, lamina::WeightsMatch::kRequireAll);
+         const std::string& gpu) {
+  LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0, got ", iterations);
+  auto backend = backend_for(gpu);
+  const lamina::NetParameter net_param = lamina::read_net_parameter(model_path);
+  const std::string label = "TEST net of " + model_path;
+  lamina::Net net = with_context(label, [&] {
+    return lamina::Net(net_param, lamina::TEST, *backend, 1, nullptr, model_path);
+  });
+  const lamina::WeightsLoadReport report = with_context(label, [&] {
+    return load_user_weights(net, weights_path, lamina::WeightsMatch::kRequireAll, "TEST net",
+                             false);
+  });
   for (const std::string& name : report.ignored)
     LOG(INFO) << "in " << weights_path << " but not in the TEST net, ignored: " << name;
-  LAMINA_REQUIRE(!net.output_names().empty(), model_path, ": the TEST net has no outputs");
+  LAMINA_REQUIRE(!net.output_names().empty(), model_path, ": the TEST net has no outputs to "
+                 "score (a top no layer consumes, such as accuracy or loss)");
   std::vector<double> sums;
-  for (int it = 0; it < iterations; ++it) {
-    net.forward();
-    size_t k = 0;
-    for (const std::string& name : net.output_names()) {
-      for (float v : net.blob(name).copy_data_to_host()) {
-        if (k == sums.size()) sums.push_back(0);
-        sums[k++] += v;
+  with_context(label, [&] {
+    for (int it = 0; it < iterations; ++it) {
+      net.forward();
+      size_t k = 0;
+      for (const std::string& name : net.output_names()) {
+        for (float v : net.blob(name).copy_data_to_host()) {
+          if (k == sums.size()) sums.push_back(0);
+          sums[k++] += v;
+        }
       }
     }
-  }
+  });
   std::cout << "Scored " << weights_path << " with " << model_path << " on " << backend->name()
             << ": " << iterations << " batches\n";
   size_t k = 0;
@@ -217,9 +302,9 @@ int test(const std::string& model_path, const std::string& weights_path, int ite
 
 // Per-layer forward and backward time (synchronizing around each layer) and the
 // whole-iteration time (no synchronization inside the iteration).
-int time_net(const std::string& model_path, int iterations, int gpu) {
-  LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0");
-  auto backend = make_backend(gpu);
+int time_net(const std::string& model_path, int iterations, const std::string& gpu) {
+  LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0, got ", iterations);
+  auto backend = backend_for(gpu);
   lamina::Net net(lamina::read_net_parameter(model_path), lamina::TRAIN, *backend, 1, nullptr,
                   model_path);
   net.forward();  // warm-up: first touches, library initialisation
@@ -270,25 +355,58 @@ int time_net(const std::string& model_path, int iterations, int gpu) {
   return 0;
 }
 
+// Prints device_query's answer: every device, their number, or one device's name.
+int device_query(bool count_only, int name_of, bool name_given) {
+  if (count_only) {
+    std::cout << lamina::cuda_device_count() << "\n";
+  } else if (name_given) {
+    const int count = lamina::cuda_device_count();
+    LAMINA_REQUIRE(name_of >= 0, "--name must be a device number >= 0, got ", name_of);
+    LAMINA_REQUIRE(name_of < count, "--name ", name_of, ": there is no GPU ", name_of, "; ",
+                   count == 0 ? std::string("no GPU can be used (lamina device_query says why)")
+                              : "the devices are 0 to " + std::to_string(count - 1));
+    std::cout << lamina::make_backend(lamina::BackendSpec{lamina::BackendSpec::Kind::kCuda,
+                                                          name_of})->name()
+              << "\n";
+  } else {
+    std::cout << lamina::cuda_device_query();
+  }
+  return 0;
+}
+
+constexpr const char* kGpuHelp = "GPU device to run on; -1 runs on the CPU (the default)";
+
 }  // namespace
 
 int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported with its path like
+  // a full disk, instead of killing the process with SIGXFSZ halfway through a snapshot.
+  signal(SIGXFSZ, SIG_IGN);
 
-  CLI::App app{"Lamina: train, score and time neural networks defined in prototxt files"};
+  CLI::App app{"Lamina: train, score and time neural networks defined in prototxt files",
+               "lamina"};
   app.require_subcommand(1);
-  std::string model_path, weights_path;
-  int gpu = -1, iterations = 50;
+  std::string model_path, weights_path, gpu;
+  int iterations = 50;
   TrainOptions train_options;
 
   auto* train_cmd = app.add_subcommand("train", "Train a net from a solver prototxt");
   train_cmd->add_option("--solver", train_options.solver_path, "Solver prototxt")->required();
-  train_cmd->add_option("--gpu", train_options.gpu, "GPU device to train on (default: the CPU)");
+  train_cmd->add_option("--gpu", train_options.gpu,
+                        "GPU device to train on, overriding the solver's solver_mode and "
+                        "device_id; -1 trains on the CPU even with solver_mode: GPU "
+                        "(default: as the solver file says)")
+      ->type_name("INT");
   train_cmd->add_option("--snapshot", train_options.snapshot,
                         "Resume from PREFIX_iter_N.solverstate");
   train_cmd->add_option("--weights", train_options.weights,
-                        "Start from trained weights (.lamina), matched by layer name");
+                        "Start from trained weights (.lamina), matched by parameter name "
+                        "(<layer>/<role>); a file that matches no parameter is an error");
+  train_cmd->add_flag("--allow-unmatched-weights", train_options.allow_unmatched_weights,
+                      "Accept --weights that match no parameter (every parameter then starts "
+                      "from its filler)");
   train_cmd->add_option("--sigint-effect,--sigint_effect", train_options.sigint_effect,
                         "On SIGINT: stop (snapshot, then stop), snapshot, or none");
   train_cmd->add_option("--sigterm-effect,--sigterm_effect", train_options.sigterm_effect,
@@ -306,34 +424,32 @@ int main(int argc, char** argv) {
   test_cmd->add_option("--model", model_path, "Net prototxt (its TEST phase)")->required();
   test_cmd->add_option("--weights", weights_path, "Trained weights (.lamina)")->required();
   test_cmd->add_option("--iterations", iterations, "Batches to score (default 50)");
-  test_cmd->add_option("--gpu", gpu, "GPU device (default: the CPU)");
+  test_cmd->add_option("--gpu", gpu, kGpuHelp)->type_name("INT");
 
   auto* time_cmd = app.add_subcommand("time", "Time a net's layers forward and backward");
   time_cmd->add_option("--model", model_path, "Net prototxt (its TRAIN phase)")->required();
-  time_cmd->add_option("--iterations", iterations, "Iterations to average over");
-  time_cmd->add_option("--gpu", gpu, "GPU device (default: the CPU)");
+  time_cmd->add_option("--iterations", iterations, "Iterations to average over (default 50)");
+  time_cmd->add_option("--gpu", gpu, kGpuHelp)->type_name("INT");
 
   auto* query_cmd = app.add_subcommand("device_query", "List the GPUs Lamina can use");
   bool count_only = false;
-  int name_of = -1;
+  int name_of = 0;
   query_cmd->add_flag("--count", count_only, "Print only the number of devices");
-  query_cmd->add_option("--name", name_of, "Print only this device's name");
+  auto* name_option = query_cmd->add_option("--name", name_of, "Print only this device's name");
 
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> status = lamina::cli::parse(app, argc, argv)) return *status;
   try {
-    if (*train_cmd) return train(train_options);
+    if (*train_cmd) {
+      try {
+        return train(train_options);
+      } catch (const lamina::Error& e) {
+        throw lamina::Error(
+            lamina::cli::with_flag_hints(e.what(), kTrainFieldFlags, "lamina train"));
+      }
+    }
     if (*test_cmd) return test(model_path, weights_path, iterations, gpu);
     if (*time_cmd) return time_net(model_path, iterations, gpu);
-    if (*query_cmd) {
-      if (count_only) {
-        std::cout << lamina::cuda_device_count() << "\n";
-      } else if (name_of >= 0) {
-        std::cout << lamina::make_cuda_backend(name_of)->name() << "\n";
-      } else {
-        std::cout << lamina::cuda_device_query();
-      }
-      return 0;
-    }
+    if (*query_cmd) return device_query(count_only, name_of, name_option->count() > 0);
   } catch (const lamina::Error& e) {
     std::cerr << "lamina: error: " << e.what() << "\n";
     return 1;

@@ -5,7 +5,8 @@
 
 #include <cstdio>
 
-#include "lamina/native_backend.hpp"
+#include "lamina/backend_factory.hpp"
+#include "lamina/io.hpp"
 #include "lamina/solver.hpp"
 
 int main(int argc, char** argv) {
@@ -14,8 +15,9 @@ int main(int argc, char** argv) {
   const std::string solver_path =
       argc > 1 ? argv[1] : std::string(LAMINA_SOURCE_DIR) + "/examples/custom_layer/square_solver.prototxt";
   try {
-    lamina::NativeBackend backend;
-    auto solver = lamina::Solver::from_file(solver_path, backend);
+    lamina::SolverParameter param = lamina::read_solver_parameter(solver_path);
+    std::unique_ptr<lamina::Backend> backend = lamina::make_solver_backend(param);
+    auto solver = lamina::Solver::create(param, solver_path, *backend);
     solver->solve();
     std::printf("test accuracy with the Square layer: %.2f%%\n",
                 100 * solver->test_history().back().second.value("accuracy"));

@@ -6,18 +6,19 @@
 //   mnist conv                     # LeNet, Caffe's solver, 11 epochs (10,307 iterations)
 //   mnist conv --dataset fashion   # the same net on Fashion-MNIST
 //
-// The flags override the values in the model's solver and net prototxt files. An epoch is
-// 60000 / batch full batches (937 at batch 64).
+// The flags override the values in the model's solver and net prototxt files; a value a
+// flag cannot take is an error, never replaced by the file's. An epoch is 60000 / batch full
+// batches (937 at batch 64).
 #include <CLI/CLI.hpp>
 #include <glog/logging.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 
-#include "lamina/cuda.hpp"
-#include "lamina/native_backend.hpp"
+#include "lamina/backend_factory.hpp"
 #include "lamina/solver.hpp"
 #include "mnist_model.hpp"
 
@@ -27,7 +28,7 @@ struct Options {
   std::string model;
   std::string dataset = "mnist";
   lamina::mnist::ModelOptions model_options;
-  int gpu = -1;
+  std::string gpu;  // empty: as the solver file says
 };
 
 // The model's prototxt files are models/<dir>/<file>_{solver,train}.prototxt.
@@ -40,7 +41,6 @@ int default_epochs(const std::string& model) { return model == "conv" ? 11 : 15;
 int run(Options o) {
   const std::string root = lamina::mnist::source_root();
   lamina::mnist::ModelOptions& mo = o.model_options;
-  if (mo.epochs <= 0) mo.epochs = default_epochs(o.model);
   if (o.dataset == "fashion") {
     // LeNet has its own Fashion-MNIST files (for `lamina train`); the other models reuse
     // models/mnist/ with the Fashion-MNIST data: the nets are the same, the images differ.
@@ -54,23 +54,26 @@ int run(Options o) {
   if (mo.models_dir.empty()) mo.models_dir = root + "/models/mnist";
   if (mo.data_dir.empty()) mo.data_dir = root + "/data/mnist";
 
-  const lamina::mnist::Model m = lamina::mnist::load_model(model_file(o.model), mo);
+  lamina::mnist::Model m = lamina::mnist::load_model(model_file(o.model), mo);
   const int epochs = mo.epochs;
   const int batch = m.batch_size;
   const int iters_per_epoch = m.iters_per_epoch;
 
   std::unique_ptr<lamina::Backend> backend;
-  if (o.gpu >= 0) {
-    backend = lamina::make_cuda_backend(o.gpu);
-  } else {
-    backend = std::make_unique<lamina::NativeBackend>();
+  try {
+    backend = lamina::make_solver_backend(
+        m.solver, o.gpu.empty() ? "" : lamina::backend_spec_from_gpu(o.gpu));
+  } catch (const lamina::Error& e) {
+    if (!o.gpu.empty()) throw;  // the GPU came from the solver file, which --gpu overrides
+    throw lamina::Error(std::string(e.what()) + " (mnist: --gpu -1 trains on the CPU)");
   }
   lamina::Solver trainer(m.solver, m.net, *backend, m.net_path);
-  std::printf("%s %s on %s: batch %d, lr %g (%s), momentum %g, weight decay %g, "
+  std::printf("%s %s on %s: batch %d, lr %g (%s), momentum %g, weight decay %g, seed %lld, "
               "%d epochs of %d iterations\n",
               o.dataset.c_str(), o.model.c_str(), backend->name().c_str(), batch,
               m.solver.base_lr(), m.solver.lr_policy().c_str(), m.solver.momentum(),
-              m.solver.weight_decay(), epochs, iters_per_epoch);
+              m.solver.weight_decay(), static_cast<long long>(trainer.seed()), epochs,
+              iters_per_epoch);
 
   float accuracy = 0;
   for (int epoch = 1; epoch <= epochs; ++epoch) {
@@ -89,6 +92,20 @@ int run(Options o) {
   return 0;
 }
 
+// A CLI11 check that the value is a T for which ok() holds; `accepted` says which values
+// are ("> 0"). NaN fails every comparison, so `ok` written as comparisons refuses it.
+template <class T, class Ok>
+CLI::Validator accepts(const std::string& accepted, Ok ok) {
+  return CLI::Validator(
+      [accepted, ok](std::string& text) -> std::string {
+        T value{};
+        if (!CLI::detail::lexical_cast(text, value) || !ok(value))
+          return "must be " + accepted + ", got '" + text + "'";
+        return {};
+      },
+      accepted);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,10 +114,12 @@ int main(int argc, char** argv) {
   FLAGS_minloglevel = 1;  // this program prints its own progress
 
   Options o;
-  o.model_options.epochs = 0;  // the model's default
   o.model_options.models_dir.clear();  // set by --dataset
   o.model_options.data_dir.clear();
-  CLI::App app{"Train Lamina's MNIST models"};
+  int batch_size = 0, epochs = 0;
+  float momentum = 0, learning_rate = 0;
+  int64_t seed = 0;
+  CLI::App app{"Train Lamina's MNIST models", "mnist"};
   app.add_option("model", o.model,
                  "Which model: mlp (784-512-512-10), linear, or conv (Caffe's LeNet: conv 20 5x5, "
                  "max pool, conv 50 5x5, max pool, 500, ReLU, 10)")
@@ -109,22 +128,52 @@ int main(int argc, char** argv) {
   app.add_option("--dataset", o.dataset, "mnist, or fashion (Fashion-MNIST, data/fashion-mnist)")
       ->check(CLI::IsMember({"mnist", "fashion"}))
       ->capture_default_str();
-  app.add_option("--batch-size", o.model_options.batch_size, "Training batch size (default: the prototxt's)");
-  app.add_option("--momentum", o.model_options.momentum, "SGD momentum (default: the solver's)");
-  app.add_option("--learning-rate", o.model_options.learning_rate, "Base learning rate (default: the solver's)");
-  app.add_option("--epochs", o.model_options.epochs,
-                 "Epochs of 60000 / batch iterations (937 at batch 64) to train (default: 11 "
-                 "for conv, about Caffe's 10,000 LeNet iterations; 15 for mlp and linear)")
-      ->check(CLI::Range(1, 100000));
-  app.add_option("--seed", o.model_options.seed, "Random seed (default: the solver's)");
-  app.add_option("--gpu", o.gpu, "GPU device to train on (default: the CPU)");
+  auto* batch_option = app.add_option("--batch-size", batch_size,
+                                      "Training batch size (default: the prototxt's)")
+      ->check(accepts<int>("an integer > 0", [](int v) { return v > 0; }));
+  auto* momentum_option =
+      app.add_option("--momentum", momentum, "SGD momentum, in [0, 1) (default: the solver's)")
+          ->check(accepts<float>("in [0, 1)", [](float v) { return v >= 0 && v < 1; }));
+  auto* lr_option = app.add_option("--learning-rate", learning_rate,
+                                   "Base learning rate, > 0 (default: the solver's)")
+      ->check(accepts<float>("a finite number > 0",
+                             [](float v) { return v > 0 && std::isfinite(v); }));
+  auto* epochs_option =
+      app.add_option("--epochs", epochs,
+                     "Epochs of 60000 / batch iterations (937 at batch 64) to train (default: 11 "
+                     "for conv, about Caffe's 10,000 LeNet iterations; 15 for mlp and linear)")
+          ->check(accepts<int>("an integer from 1 to 100000",
+                               [](int v) { return v >= 1 && v <= 100000; }));
+  auto* seed_option = app.add_option("--seed", seed, "Random seed, >= 0 (default: the solver's)")
+      ->check(accepts<int64_t>("an integer >= 0", [](int64_t v) { return v >= 0; }));
+  app.add_option("--gpu", o.gpu,
+                 "GPU device to train on; -1 trains on the CPU even if the solver says "
+                 "solver_mode: GPU (default: as the solver says, the CPU for the files shipped)")
+      ->type_name("INT");
+  const auto not_empty =
+      accepts<std::string>("a directory", [](const std::string& v) { return !v.empty(); });
   app.add_option("--data-dir", o.model_options.data_dir,
                  "Directory holding the IDX files, plain or .gz (default: data/mnist, or "
-                 "data/fashion-mnist with --dataset fashion)");
+                 "data/fashion-mnist with --dataset fashion)")
+      ->check(not_empty);
   app.add_option("--models-dir", o.model_options.models_dir,
                  "Directory holding the model prototxt files (default: models/mnist, or "
-                 "models/fashion_mnist for conv with --dataset fashion)");
-  CLI11_PARSE(app, argc, argv);
+                 "models/fashion_mnist for conv with --dataset fashion)")
+      ->check(not_empty);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "mnist: error: %s (mnist --help lists the options)\n", e.what());
+    return 1;
+  }
+  // Only the flags given override the files.
+  lamina::mnist::ModelOptions& mo = o.model_options;
+  if (*batch_option) mo.batch_size = batch_size;
+  if (*momentum_option) mo.momentum = momentum;
+  if (*lr_option) mo.learning_rate = learning_rate;
+  if (*seed_option) mo.seed = seed;
+  mo.epochs = *epochs_option ? epochs : default_epochs(o.model);
   try {
     return run(o);
   } catch (const lamina::Error& e) {

@@ -42,10 +42,6 @@ struct LossRecord {
   float loss;  // smoothed over average_loss iterations, as displayed
 };
 
-// The backend a solver asks for: GPU device_id when solver_mode is GPU, else the CPU.
-// gpu >= 0 (a command line's --gpu) overrides both and is written back into param.
-std::unique_ptr<Backend> make_solver_backend(SolverParameter& param, int gpu = -1);
-
 // What the solver does when its action source (set_action_source) is polled.
 enum class SolverAction {
   kNone,      // carry on

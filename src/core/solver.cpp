@@ -12,10 +12,8 @@
 #include <set>
 #include <sstream>
 
-#include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
 #include "lamina/lr_policy.hpp"
-#include "lamina/native_backend.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina/solver_config.hpp"
 
@@ -87,15 +85,6 @@ std::unique_ptr<Solver> Solver::create(const SolverParameter& param,
   check_solver_parameter(param, solver_path);  // before the net is read, naming solver_path:line
   const std::string net_path = resolve_path(param.net(), solver_path);
   return std::make_unique<Solver>(param, read_net_parameter(net_path), backend, net_path);
-}
-
-std::unique_ptr<Backend> make_solver_backend(SolverParameter& param, int gpu) {
-  if (gpu >= 0) {
-    param.set_solver_mode(SolverParameter::GPU);
-    param.set_device_id(gpu);
-  }
-  if (param.solver_mode() == SolverParameter::GPU) return make_cuda_backend(param.device_id());
-  return std::make_unique<NativeBackend>();
 }
 
 float Solver::learning_rate() const { return float(lamina::learning_rate(param_, iter_)); }
