@@ -43,6 +43,7 @@
 #include "lamina/net.hpp"
 #include "lamina/registry.hpp"
 #include "lamina/snapshot.hpp"
+#include "lamina/snapshot_lock.hpp"
 #include "lamina/solver.hpp"
 #include "test_util.hpp"
 
@@ -250,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(
                {"bad magic"}},
         Damage{"SolverStateAsWeights",
                [](std::string& b) { b = encode_snapshot(SnapshotKind::kSolverState, {}); },
-               {"solver state file, not a weights file", "--snapshot"}},
+               {"solver state file, not a weights file", "resuming reads a .solverstate"}},
         Damage{"NewerVersion", [](std::string& b) { set_u32(b, 8, 2); },
                {"version 2 is newer than this Lamina reads (1)"}},
         Damage{"VersionZero", [](std::string& b) { set_u32(b, 8, 0); }, {"version 0"}},
@@ -389,6 +390,31 @@ TEST(Weights, FineTuningNeverOverwritesTheFileItStartedFrom) {
   direct.protect_file(prefix + "_iter_0.solverstate");
   EXPECT_THAT(error_of([&] { direct.snapshot(); }),
               AllOf(HasSubstr("would overwrite"), HasSubstr(prefix + "_iter_0.solverstate")));
+}
+
+// Two runs cannot write the same snapshot prefix at once: the second refuses before
+// training, naming the prefix and the process that holds it; once the first ends, it may.
+TEST(SnapshotLock, ASecondRunOnTheSamePrefixRefusesNamingTheFirst) {
+  TempDir dir;
+  write_tiny_data(dir);
+  NativeBackend backend;
+  const NetParameter net = parse_net_parameter(tiny_net(dir), "tiny");
+  const std::string prefix = dir / "shared";
+  {
+    SnapshotPrefixLock first(prefix);  // another run, as far as the solver can tell
+    Solver second(solver_param(kSgd, "max_iter: 2 snapshot_prefix: \"" + prefix + "\""), net,
+                  backend);
+    EXPECT_THAT(error_of([&] { second.solve(); }),
+                AllOf(HasSubstr(prefix), HasSubstr(std::to_string(::getpid())),
+                      HasSubstr("training did not start")));
+    EXPECT_EQ(second.iter(), 0);
+    EXPECT_FALSE(fs::exists(prefix + "_iter_2.solverstate"));
+  }
+  Solver later(solver_param(kSgd, "max_iter: 2 snapshot_prefix: \"" + prefix + "\""), net,
+               backend);
+  later.solve();
+  EXPECT_TRUE(fs::exists(prefix + "_iter_2.solverstate"));
+  SnapshotPrefixLock after(prefix);  // released when solve() returned
 }
 
 // Collects glog warnings while it lives.

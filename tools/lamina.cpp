@@ -211,7 +211,7 @@ int train(const TrainOptions& o) {
     param.set_snapshot_prefix(std::filesystem::path(o.solver_path).replace_extension().string());
     LOG(INFO) << "snapshot_prefix is not set; snapshots go to " << param.snapshot_prefix()
               << "_iter_N.{lamina,solverstate}";
-  } else if (std::filesystem::is_directory(param.snapshot_prefix())) {
+  } else if (std::error_code ec; std::filesystem::is_directory(param.snapshot_prefix(), ec)) {
     param.set_snapshot_prefix((std::filesystem::path(param.snapshot_prefix()) /
                                std::filesystem::path(o.solver_path).stem()).string());
   }
@@ -227,6 +227,7 @@ int train(const TrainOptions& o) {
         solver->net(), o.weights, lamina::WeightsMatch::kFineTune,
         "net '" + solver->net().name() + "'", o.allow_unmatched_weights,
         ", or give --allow-unmatched-weights to train every parameter from its filler");
+    solver->protect_file(o.weights);  // its snapshots never overwrite what it started from
     LOG(INFO) << "Fine-tuning from " << o.weights << ": " << report.loaded.size()
               << " parameter(s) loaded";
     for (const std::string& name : report.kept_filler)

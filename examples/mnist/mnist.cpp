@@ -47,7 +47,8 @@ int run(Options o) {
     if (mo.models_dir.empty())
       mo.models_dir = root + (o.model == "conv" ? "/models/fashion_mnist" : "/models/mnist");
     if (mo.data_dir.empty()) mo.data_dir = root + "/data/fashion-mnist";
-    LAMINA_REQUIRE(std::filesystem::exists(mo.data_dir), "no Fashion-MNIST in ", mo.data_dir,
+    std::error_code ec;
+    LAMINA_REQUIRE(std::filesystem::exists(mo.data_dir, ec), "no Fashion-MNIST in ", mo.data_dir,
                    ": install it (apt-get install dataset-fashion-mnist) and run "
                    "scripts/fetch_mnist.sh to link it there, or pass --data-dir");
   }

@@ -18,8 +18,8 @@
 // description, and with it the lock, until it execs or exits. On NFS, Linux maps flock to a
 // POSIX byte-range lock, which the server enforces across machines.
 //
-// Not taken by anything yet: Solver::solve() is meant to take it for snapshot_prefix before
-// its first snapshot and hold it to the end.
+// Solver::solve() takes it for snapshot_prefix before training starts and holds it until it
+// returns.
 #pragma once
 
 #include <string>

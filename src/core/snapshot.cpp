@@ -281,8 +281,8 @@ SnapshotFile decode_snapshot(const std::string& bytes, SnapshotKind kind,
                                                            : SnapshotKind::kWeights),
          " file, not a ", snapshot_kind_name(kind), " file",
          kind == SnapshotKind::kWeights
-             ? " (give a .solverstate to --snapshot, a .lamina to --weights)"
-             : " (give a .lamina to --weights, a .solverstate to --snapshot)");
+             ? " (resuming reads a .solverstate; weights are read from a .lamina)"
+             : " (weights are read from a .lamina; resuming reads a .solverstate)");
   }
   if (bytes.empty()) fail(what, "the file is empty (0 bytes)");
   if (std::memcmp(bytes.data(), magic, head) != 0) {

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "lamina/io.hpp"
 #include "lamina/lr_policy.hpp"
 #include "lamina/snapshot.hpp"
+#include "lamina/snapshot_lock.hpp"
 #include "lamina/solver_config.hpp"
 
 namespace lamina {
@@ -94,8 +96,10 @@ void Solver::solve() {
             << param_.max_iter() << " iterations";
   stopped_early_ = false;
   const std::string& prefix = param_.snapshot_prefix();
+  std::optional<SnapshotPrefixLock> lock;  // one run per prefix, held until solve() returns
   if (!prefix.empty()) {
     // Report an unwritable snapshot directory now, not hours from now.
+    bool writable = true;
     try {
       check_writable(prefix);
     } catch (const Error& e) {
@@ -104,6 +108,15 @@ void Solver::solve() {
              "train without snapshots)");
       LOG(ERROR) << e.what() << "; training goes on without snapshots (snapshot_failure: "
                  "CONTINUE)";
+      writable = false;
+    }
+    if (writable) {
+      try {
+        lock.emplace(prefix);
+      } catch (const Error& e) {
+        fail(e.what(), "; training did not start (give this run another snapshot_prefix, or "
+             "wait for the other one to end)");
+      }
     }
     check_protected_files();
   }

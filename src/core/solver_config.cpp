@@ -242,7 +242,7 @@ void check_run_fields(const Checker& c, const SolverParameter& p, const std::str
             "; give a CUDA device number >= 0");
   if (p.has_device_id())
     c.require(p.solver_mode() == SolverParameter::GPU, "device_id", "device_id is set but "
-              "solver_mode is CPU; set solver_mode: GPU (or train with --gpu N)");
+              "solver_mode is CPU; set solver_mode: GPU");
 
   c.require(p.snapshot() >= 0, "snapshot", "snapshot must be >= 0 (0: no periodic snapshots), "
             "got ", p.snapshot());
