@@ -1,13 +1,17 @@
-// A Backend that forwards every operation to a NativeBackend, for tests that need a backend
-// with one behaviour changed (counting copies, posing as a device, injecting an error):
-// derive from it and override only that.
+// Backends that forward to a NativeBackend, for tests that need a backend with one behaviour
+// changed (counting copies, posing as a device, injecting an error): derive from one and
+// override only that.
+//   CoreForwardingBackend  forwards only what every backend must implement (memory, BLAS, the
+//                          MLP operations, the update): what a new backend starts as, with
+//                          every optional operation left to Backend's defaults;
+//   ForwardingBackend      forwards every operation, optional ones and supports() included.
 #pragma once
 
 #include "lamina/native_backend.hpp"
 
 namespace lamina::testing {
 
-class ForwardingBackend : public Backend {
+class CoreForwardingBackend : public Backend {
  public:
   std::string name() const override { return inner_.name(); }
   bool is_host() const override { return inner_.is_host(); }
@@ -93,6 +97,17 @@ class ForwardingBackend : public Backend {
                    int64_t len, int64_t start, float scale, float* dst) override {
     inner_.gather_rows(rows, cols, src, order, len, start, scale, dst);
   }
+  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments, int num_segments,
+              float* w, const float* g, float* h, float* h2) override {
+    inner_.update(args, n, segments, num_segments, w, g, h, h2);
+  }
+
+ protected:
+  NativeBackend inner_;
+};
+
+class ForwardingBackend : public CoreForwardingBackend {
+ public:
   void conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* b,
                     float* y) override {
     inner_.conv_forward(g, x, w, b, y);
@@ -147,13 +162,6 @@ class ForwardingBackend : public Backend {
     inner_.eltwise_max_backward(n, index, dy, mask, dx);
   }
   bool supports(Operation op) const override { return inner_.supports(op); }
-  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments, int num_segments,
-              float* w, const float* g, float* h, float* h2) override {
-    inner_.update(args, n, segments, num_segments, w, g, h, h2);
-  }
-
- protected:
-  NativeBackend inner_;
 };
 
 }  // namespace lamina::testing

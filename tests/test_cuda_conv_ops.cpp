@@ -441,7 +441,7 @@ TEST_F(CudaConvOpsTest, EltwiseMax) {
 
 TEST_F(CudaConvOpsTest, SupportsEveryOperation) {
   for (Operation op : {Operation::kConvolution, Operation::kPooling, Operation::kBatchNorm,
-                       Operation::kChannelAffine, Operation::kEltwiseMax}) {
+                       Operation::kChannelAffine, Operation::kRowCopy, Operation::kEltwiseMax}) {
     EXPECT_TRUE(cuda_->supports(op)) << operation_name(op);
   }
 }

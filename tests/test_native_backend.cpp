@@ -15,15 +15,19 @@
 #include <tuple>
 #include <vector>
 
+#include "forwarding_backend.hpp"
 #include "lamina/common.hpp"
 #include "lamina/counter_rng.hpp"
+#include "lamina/io.hpp"
 #include "lamina/native_backend.hpp"
+#include "lamina/net.hpp"
 #include "test_util.hpp"
 
 namespace lamina {
 namespace {
 
 using testing::compare;
+using testing::error_of;
 using testing::random_values;
 
 // actual agrees with expected to tol (normalised error); else the first differences.
@@ -105,6 +109,100 @@ TEST_F(NativeBackendTest, AllocationFailureThrowsWithTheByteCount) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(bytes)), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Optional operations
+// ---------------------------------------------------------------------------------------
+
+constexpr Operation kOptional[] = {Operation::kConvolution, Operation::kPooling,
+                                   Operation::kBatchNorm,   Operation::kChannelAffine,
+                                   Operation::kRowCopy,     Operation::kEltwiseMax};
+
+TEST_F(NativeBackendTest, SupportsEveryOptionalOperation) {
+  for (Operation op : kOptional) EXPECT_TRUE(backend_.supports(op)) << operation_name(op);
+}
+
+// What a new backend starts as: memory, BLAS, the MLP operations and the update, nothing else.
+class MinimalBackend final : public testing::CoreForwardingBackend {
+ public:
+  std::string name() const override { return "minimal"; }
+};
+
+TEST(MinimalBackend, OptionalOperationsAreUnsupportedAndThrowNamingBackendAndOperation) {
+  MinimalBackend be;
+  for (Operation op : kOptional) EXPECT_FALSE(be.supports(op)) << operation_name(op);
+  std::vector<float> f(64, 1.0f);
+  std::vector<int32_t> mask(64, 0);
+  float* p = f.data();
+  const ConvGeometry conv{1, 1, 2, 2, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 2, 2};
+  const PoolGeometry pool{1, 1, 2, 2, 1, 1, 1, 1, 0, 0, 2, 2};
+  const std::pair<Operation, std::function<void()>> calls[] = {
+      {Operation::kConvolution, [&] { be.conv_forward(conv, p, p, p, p); }},
+      {Operation::kConvolution, [&] { be.conv_backward_data(conv, p, p, p); }},
+      {Operation::kConvolution, [&] { be.conv_backward_filter(conv, p, p, p, p); }},
+      {Operation::kPooling, [&] { be.pool_forward(PoolMethod::kMax, pool, p, p, mask.data()); }},
+      {Operation::kPooling,
+       [&] { be.pool_backward(PoolMethod::kMax, pool, p, mask.data(), p); }},
+      {Operation::kBatchNorm, [&] { be.channel_moments(1, 2, 2, p, p, p); }},
+      {Operation::kBatchNorm, [&] { be.batch_norm_forward(1, 2, 2, 1e-5f, p, p, p, p, p); }},
+      {Operation::kBatchNorm, [&] { be.batch_norm_backward(1, 2, 2, p, p, p, p); }},
+      {Operation::kChannelAffine, [&] { be.channel_affine(1, 2, 2, p, p, p, p); }},
+      {Operation::kChannelAffine, [&] { be.channel_reduce(1, 2, 2, p, p, p); }},
+      {Operation::kRowCopy, [&] { be.copy_rows(2, 2, p, 2, p + 8, 2, false); }},
+      {Operation::kEltwiseMax, [&] { be.eltwise_max_forward(4, 1, p, p, mask.data()); }},
+      {Operation::kEltwiseMax, [&] { be.eltwise_max_backward(4, 1, p, mask.data(), p); }},
+  };
+  for (const auto& [op, call] : calls) {
+    const std::string message = error_of(call);
+    EXPECT_NE(message.find("the minimal backend does not implement " +
+                           std::string(operation_name(op))),
+              std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(f, std::vector<float>(64, 1.0f)) << "an unsupported operation wrote its output";
+}
+
+// An MLP needs nothing optional: the same losses and gradients as on Native; a layer that
+// needs an optional operation is refused when the net is built.
+TEST(MinimalBackend, RunsAnMlpAndRefusesALayerNeedingAnOptionalOperation) {
+  const NetParameter mlp = parse_net_parameter(R"(
+    layer { name: "in" type: "Input" top: "x" top: "label"
+            input_param { shape { dim: 8 dim: 5 } shape { dim: 8 } } }
+    layer { name: "fc1" type: "Linear" bottom: "x" top: "h"
+            inner_product_param { num_output: 6 weight_filler { type: "gaussian" std: 0.5 } } }
+    layer { name: "relu" type: "ReLU" bottom: "h" top: "h" }
+    layer { name: "drop" type: "Dropout" bottom: "h" top: "h" }
+    layer { name: "fc2" type: "Linear" bottom: "h" top: "y"
+            inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.5 } } }
+    layer { name: "loss" type: "SoftmaxWithLoss" bottom: "y" bottom: "label" top: "loss" }
+    layer { name: "acc" type: "Accuracy" bottom: "y" bottom: "label" top: "acc" })",
+                                               "mlp.prototxt");
+  const std::vector<float> x = random_values(40, 1);
+  const std::vector<float> labels = {0, 1, 2, 0, 1, 2, 0, 1};
+  auto run = [&](Backend& be) {
+    Net net(mlp, TRAIN, be, 7);
+    net.blob("x").copy_data_from_host(x);
+    net.blob("label").copy_data_from_host(labels);
+    net.zero_param_diffs();
+    net.forward();
+    net.backward();
+    std::vector<float> out(net.arena_count());  // every parameter gradient
+    be.copy_to_host(sizeof(float) * out.size(), net.param_diff(), out.data());
+    out.push_back(net.loss());
+    return out;
+  };
+  NativeBackend native;
+  MinimalBackend minimal;
+  EXPECT_EQ(run(minimal), run(native));
+
+  const NetParameter concat = parse_net_parameter(R"(
+    layer { name: "in" type: "Input" top: "a" top: "b"
+            input_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 4 } } }
+    layer { name: "join" type: "Concat" bottom: "a" bottom: "b" top: "ab" })", "concat.prototxt");
+  const std::string message = error_of([&] { Net net(concat, TRAIN, minimal, 1); });
+  EXPECT_NE(message.find("layer 'join' (Concat) needs strided row copies"), std::string::npos)
+      << message;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -72,8 +72,9 @@ struct PoolGeometry {
   int64_t out_h, out_w;
 };
 
-// Operations a layer may need beyond the core set; the net asks supports() when it is built.
-enum class Operation { kConvolution, kPooling, kBatchNorm, kChannelAffine, kEltwiseMax };
+// The optional groups of operations (the convolutional section below); a layer lists those it
+// needs (Layer::operations()) and the net asks supports() when it is built.
+enum class Operation { kConvolution, kPooling, kBatchNorm, kChannelAffine, kRowCopy, kEltwiseMax };
 
 inline const char* operation_name(Operation op) {
   switch (op) {
@@ -81,6 +82,7 @@ inline const char* operation_name(Operation op) {
     case Operation::kPooling: return "pooling";
     case Operation::kBatchNorm: return "batch normalisation";
     case Operation::kChannelAffine: return "per-channel affine";
+    case Operation::kRowCopy: return "strided row copies";
     case Operation::kEltwiseMax: return "element-wise max";
   }
   return "unknown";
@@ -178,58 +180,63 @@ class Backend {
                            const int32_t* order, int64_t order_len, int64_t start, float scale,
                            float* dst) = 0;
 
-  // ---- convolutional networks ----
+  // ---- convolutional networks: optional ----
+  // Each group is optional: a backend says which it implements in supports(), and the
+  // defaults here throw an Error naming the backend and the operation. A new backend needs
+  // only the sections above and the solver update.
   // Arrays viewed as (outer, channels, inner) are per-channel along the middle axis.
-  // y = conv(x, weight) + bias (bias may be null). Written with =.
+  // kConvolution. y = conv(x, weight) + bias (bias may be null). Written with =.
   virtual void conv_forward(const ConvGeometry& g, const float* x, const float* weight,
-                            const float* bias, float* y) = 0;
+                            const float* bias, float* y);
   // dx = the gradient w.r.t. x, written with =.
   virtual void conv_backward_data(const ConvGeometry& g, const float* weight, const float* dy,
-                                  float* dx) = 0;
+                                  float* dx);
   // dweight += the gradient w.r.t. weight; dbias += the sum of dy per output channel (dbias
   // may be null).
   virtual void conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
-                                    float* dweight, float* dbias) = 0;
-  // Max: y = the window's maximum (the first one in row-major order on ties), mask = its
-  // index h * w + col within the input plane. Average: mask is unused (may be null).
+                                    float* dweight, float* dbias);
+  // kPooling. Max: y = the window's maximum (the first one in row-major order on ties),
+  // mask = its index h * w + col within the input plane. Average: mask is unused (may be null).
   virtual void pool_forward(PoolMethod method, const PoolGeometry& g, const float* x, float* y,
-                            int32_t* mask) = 0;
+                            int32_t* mask);
   // dx = the gradient w.r.t. x, written with =: max routes dy to the arg-max, average
   // spreads it over the window.
   virtual void pool_backward(PoolMethod method, const PoolGeometry& g, const float* dy,
-                             const int32_t* mask, float* dx) = 0;
-  // Batch statistics of x (outer, channels, inner): mean[c], and var[c] = the biased
-  // variance (divided by outer * inner), both accumulated in double.
+                             const int32_t* mask, float* dx);
+  // kBatchNorm. Batch statistics of x (outer, channels, inner): mean[c], and var[c] = the
+  // biased variance (divided by outer * inner), both accumulated in double.
   virtual void channel_moments(int64_t outer, int64_t channels, int64_t inner, const float* x,
-                               float* mean, float* var) = 0;
+                               float* mean, float* var);
   // y = (x - mean[c]) * inv_std[c] with inv_std[c] = 1 / sqrt(var[c] + eps), also written.
   virtual void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                                   const float* x, const float* mean, const float* var,
-                                  float* y, float* inv_std) = 0;
+                                  float* y, float* inv_std);
   // Through batch statistics: with y the normalised output and m = outer * inner,
   // dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)).
   virtual void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,
                                    const float* y, const float* dy, const float* inv_std,
-                                   float* dx) = 0;
-  // y = x * scale[c] + bias[c]; a null scale means 1, a null bias 0. Works in place.
+                                   float* dx);
+  // kChannelAffine. y = x * scale[c] + bias[c]; a null scale means 1, a null bias 0. Works
+  // in place.
   virtual void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,
-                              const float* scale, const float* bias, float* y) = 0;
+                              const float* scale, const float* bias, float* y);
   // out[c] += sum over outer and inner of a * b (b null: of a). Scale and bias gradients.
   virtual void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
-                              const float* b, float* out) = 0;
-  // Row r of dst (rows, cols) at dst + r * dst_stride = row r of src at src + r * src_stride;
-  // with accumulate, dst += src. Concat's forward, and with the roles swapped its backward.
+                              const float* b, float* out);
+  // kRowCopy. Row r of dst (rows, cols) at dst + r * dst_stride = row r of src at
+  // src + r * src_stride; with accumulate, dst += src. Concat's forward, and with the roles
+  // swapped its backward.
   virtual void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
-                         float* dst, int64_t dst_stride, bool accumulate) = 0;
-  // Eltwise max over several inputs, one at a time: for input index > 0, where x > y,
-  // y = x and mask = index (index 0: y = x, mask = 0).
+                         float* dst, int64_t dst_stride, bool accumulate);
+  // kEltwiseMax. Eltwise max over several inputs, one at a time: for input index > 0, where
+  // x > y, y = x and mask = index (index 0: y = x, mask = 0).
   virtual void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
-                                   int32_t* mask) = 0;
+                                   int32_t* mask);
   // dx = mask == index ? dy : 0.
   virtual void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
-                                    float* dx) = 0;
-  // Whether this backend implements an optional operation; the net asks when it is built.
-  virtual bool supports(Operation) const { return true; }
+                                    float* dx);
+  // Whether this backend implements a group of optional operations (default: none).
+  virtual bool supports(Operation) const { return false; }
 
   // ---- solver ----
   // One fused pass over the parameter arena: regularisation, lr_mult/decay_mult per segment,
@@ -253,6 +260,9 @@ class Backend {
                       float* history2) = 0;
 
  protected:
+  // Throws the Error of an optional operation this backend does not implement.
+  [[noreturn]] void unsupported(Operation op, const char* function) const;
+
   TransferStats transfers_;
 };
 

@@ -87,6 +87,7 @@ class NativeBackend final : public Backend {
                            int32_t* mask) override;
   void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
                             float* dx) override;
+  bool supports(Operation) const override { return true; }  // every optional operation
 
   void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
               int num_segments, float* weights, const float* grads, float* history,

@@ -18,6 +18,7 @@ class ConcatLayer : public Layer {
   using Layer::Layer;
   int max_bottoms() const override { return -1; }
   std::vector<std::string> parameter_messages() const override { return {"concat_param"}; }
+  std::vector<Operation> operations() const override { return {Operation::kRowCopy}; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const Tensor& first = *bottom[0];
