@@ -44,7 +44,6 @@ class CoreForwardingBackend : public Backend {
     inner_.mul(n, a, b, y);
   }
   float dot(int64_t n, const float* x, const float* y) override { return inner_.dot(n, x, y); }
-  float asum(int64_t n, const float* x) override { return inner_.asum(n, x); }
   void activation_forward(Activation f, int64_t n, float s, const float* x, float* y) override {
     inner_.activation_forward(f, n, s, x, y);
   }

@@ -36,7 +36,7 @@ namespace {
 
 // NativeBackend behind the interface of a device: is_host() is false, so tensors keep host
 // mirrors and move values only through copy_to_host/copy_from_host, counted as CudaBackend
-// counts them (dot and asum read a scalar back). gemm_skew perturbs every gemm by that
+// counts them (dot reads a scalar back). gemm_skew perturbs every gemm by that
 // relative amount, to show the comparisons catch a wrong kernel.
 class HostAsDeviceBackend final : public ForwardingBackend {
  public:
@@ -59,10 +59,6 @@ class HostAsDeviceBackend final : public ForwardingBackend {
   float dot(int64_t n, const float* x, const float* y) override {
     count(&TransferStats::to_host, sizeof(float));
     return inner_.dot(n, x, y);
-  }
-  float asum(int64_t n, const float* x) override {
-    count(&TransferStats::to_host, sizeof(float));
-    return inner_.asum(n, x);
   }
 
  private:

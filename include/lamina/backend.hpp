@@ -3,7 +3,7 @@
 // Layers are written once against this interface; NativeBackend (OpenBLAS, host memory) and
 // CudaBackend (cuBLAS, cuDNN, Lamina's kernels, device memory) implement it. All pointers
 // are in the backend's own memory unless the parameter name says host. Operations are
-// asynchronous on devices: only copy_to_host, dot, asum and synchronize wait for the device.
+// asynchronous on devices: only copy_to_host, dot and synchronize wait for the device.
 // Matrices are row-major. Scalars a kernel needs from a previous kernel (a loss, its
 // normaliser) stay in device memory and are passed as pointers, never read back.
 #pragma once
@@ -125,7 +125,6 @@ class Backend {
   virtual void scal(int64_t n, float alpha, float* x) = 0;
   virtual void mul(int64_t n, const float* a, const float* b, float* y) = 0;  // y = a * b
   virtual float dot(int64_t n, const float* x, const float* y) = 0;          // waits
-  virtual float asum(int64_t n, const float* x) = 0;                         // waits
 
   // ---- neural-network operations ----
   // Labels are class indices stored as floats (the integer part counts), in [0, cols)

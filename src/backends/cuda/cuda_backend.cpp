@@ -141,7 +141,7 @@ void CudaBackend::scal(int64_t n, float alpha, float* x) {
   LAMINA_CUBLAS_CHECK(cublasSscal_64(context_.blas(), n, &alpha, x, 1));
 }
 
-// dot and asum return to the host, so they wait for the stream and count as a transfer.
+// dot returns to the host, so it waits for the stream and counts as a transfer.
 float CudaBackend::dot(int64_t n, const float* x, const float* y) {
   on_device();
   ++transfers_.to_host;
@@ -149,16 +149,6 @@ float CudaBackend::dot(int64_t n, const float* x, const float* y) {
   float result = 0;
   if (n == 0) return result;
   LAMINA_CUBLAS_CHECK(cublasSdot_64(context_.blas(), n, x, 1, y, 1, &result));
-  return result;
-}
-
-float CudaBackend::asum(int64_t n, const float* x) {
-  on_device();
-  ++transfers_.to_host;
-  transfers_.bytes += static_cast<int64_t>(sizeof(float));
-  float result = 0;
-  if (n == 0) return result;
-  LAMINA_CUBLAS_CHECK(cublasSasum_64(context_.blas(), n, x, 1, &result));
   return result;
 }
 

@@ -58,7 +58,6 @@ class CudaBackend final : public Backend {
   void scal(int64_t n, float alpha, float* x) override;
   void mul(int64_t n, const float* a, const float* b, float* y) override;
   float dot(int64_t n, const float* x, const float* y) override;
-  float asum(int64_t n, const float* x) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;

@@ -225,12 +225,6 @@ float NativeBackend::dot(int64_t n, const float* x, const float* y) {
   return static_cast<float>(total);
 }
 
-float NativeBackend::asum(int64_t n, const float* x) {
-  double total = 0;
-  in_blas_chunks(n, [&](int64_t s, blasint len) { total += cblas_sasum(len, x + s, 1); });
-  return static_cast<float>(total);
-}
-
 // ---------------------------------------------------------------------------------------
 // Neural-network operations
 // ---------------------------------------------------------------------------------------
