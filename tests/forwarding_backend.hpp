@@ -43,6 +43,7 @@ class CoreForwardingBackend : public Backend {
   void mul(int64_t n, const float* a, const float* b, float* y) override {
     inner_.mul(n, a, b, y);
   }
+  void dot(int64_t n, const float* x, const float* y, float* r) override { inner_.dot(n, x, y, r); }
   float dot(int64_t n, const float* x, const float* y) override { return inner_.dot(n, x, y); }
   void activation_forward(Activation f, int64_t n, float s, const float* x, float* y) override {
     inner_.activation_forward(f, n, s, x, y);
@@ -135,6 +136,11 @@ class ForwardingBackend : public CoreForwardingBackend {
                           const float* mean, const float* var, float* y,
                           float* inv_std) override {
     inner_.batch_norm_forward(o, c, i, eps, x, mean, var, y, inv_std);
+  }
+  void batch_norm_inference(int64_t o, int64_t c, int64_t i, float eps, const float* x,
+                            const float* mean_sum, const float* var_sum, const float* factor,
+                            float* y, float* mean, float* inv_std) override {
+    inner_.batch_norm_inference(o, c, i, eps, x, mean_sum, var_sum, factor, y, mean, inv_std);
   }
   void batch_norm_backward(int64_t o, int64_t c, int64_t i, const float* y, const float* dy,
                            const float* inv_std, float* dx) override {

@@ -265,12 +265,19 @@ TEST_F(CudaBackendTest, LevelOne) {
     be.mul(n, a.get(), a.get(), a.get());  // in place
     return {{"mul", y.host()}, {"mul in place", a.host()}};
   }, -1);
-  // Positive values: the sum has no cancellation, so relative error is meaningful.
-  expect_same([&](Backend& be) -> Outputs {
-    Floats x(be, random_values(n, 14, 0, 1));
-    Floats y(be, random_values(n, 15, 0, 1));
-    return {{"dot", {be.dot(n, x.get(), y.get())}}};
-  });
+  // Positive values: the sum has no cancellation, so relative error is meaningful. Both
+  // accumulate in double and round once: the same float, or one ulp apart where the double
+  // sums straddle a rounding boundary.
+  for (int64_t len : {n, int64_t{0}, int64_t{1}, int64_t{3000001}}) {
+    SCOPED_TRACE(::testing::Message() << "dot of " << len);
+    expect_same([&](Backend& be) -> Outputs {
+      Floats x(be, random_values(len, 14, 0, 1));
+      Floats y(be, random_values(len, 15, 0, 1));
+      Floats result(be, 1, std::nanf(""));
+      be.dot(len, x.get(), y.get(), result.get());
+      return {{"dot", result.host()}, {"dot to the host", {be.dot(len, x.get(), y.get())}}};
+    }, 2.4e-7);
+  }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -345,6 +345,24 @@ TEST_F(CudaConvOpsTest, BatchNorm) {
       return {{"mean", mean.host()}, {"var", var.host()},       {"y", y.host()},
               {"dx", dx.host()},     {"y in place", x.host()}, {"inv_std", inv_std.host()}};
     });
+    // Running statistics (Caffe's sums and factor); factor 0 gives zero estimates.
+    for (float factor : {9.99f, 0.0f}) {
+      SCOPED_TRACE(::testing::Message() << "inference, factor " << factor);
+      expect_same([&](Backend& be) -> Outputs {
+        Floats x(be, random_values(n, 3, -2.0f, 3.0f));
+        Floats mean_sum(be, random_values(s.channels, 4, -5.0f, 5.0f));
+        Floats var_sum(be, random_values(s.channels, 5, 0.5f, 9.0f));
+        Floats f(be, std::vector<float>{factor});
+        Floats y(be, n, std::nanf("")), mean(be, s.channels, std::nanf(""));
+        Floats inv_std(be, s.channels, std::nanf(""));
+        be.batch_norm_inference(s.outer, s.channels, s.inner, 1e-5f, x.get(), mean_sum.get(),
+                                var_sum.get(), f.get(), y.get(), mean.get(), inv_std.get());
+        be.batch_norm_inference(s.outer, s.channels, s.inner, 1e-5f, x.get(), mean_sum.get(),
+                                var_sum.get(), f.get(), x.get(), mean.get(), inv_std.get());
+        return {{"y", y.host()}, {"mean", mean.host()}, {"inv_std", inv_std.host()},
+                {"y in place", x.host()}};
+      });
+    }
   }
 }
 

@@ -124,7 +124,11 @@ class Backend {
                      float* y) = 0;                                          // y = a x + b y
   virtual void scal(int64_t n, float alpha, float* x) = 0;
   virtual void mul(int64_t n, const float* a, const float* b, float* y) = 0;  // y = a * b
-  virtual float dot(int64_t n, const float* x, const float* y) = 0;          // waits
+  // result[0] = x . y, accumulated in double and rounded once; result is in this backend's
+  // memory (no wait).
+  virtual void dot(int64_t n, const float* x, const float* y, float* result) = 0;
+  // The same dot product returned to the host: waits. For gradient clipping's norm.
+  virtual float dot(int64_t n, const float* x, const float* y) = 0;
 
   // ---- neural-network operations ----
   // Labels are class indices stored as floats (the integer part counts), in [0, cols)
@@ -210,6 +214,14 @@ class Backend {
   virtual void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                                   const float* x, const float* mean, const float* var,
                                   float* y, float* inv_std);
+  // With running statistics kept as Caffe keeps them (sums and a factor, factor[0] in this
+  // backend's memory): mean[c] = mean_sum[c] / factor[0] and v = var_sum[c] / factor[0],
+  // each divided in double and rounded once (0 when factor[0] is 0, as in Caffe), then as
+  // batch_norm_forward with inv_std[c] = 1 / sqrt(v + eps). Writes y, mean and inv_std.
+  virtual void batch_norm_inference(int64_t outer, int64_t channels, int64_t inner, float eps,
+                                    const float* x, const float* mean_sum,
+                                    const float* var_sum, const float* factor, float* y,
+                                    float* mean, float* inv_std);
   // Through batch statistics: with y the normalised output and m = outer * inner,
   // dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)).
   virtual void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,

@@ -27,6 +27,7 @@ class NativeBackend final : public Backend {
   void axpby(int64_t n, float alpha, const float* x, float beta, float* y) override;
   void scal(int64_t n, float alpha, float* x) override;
   void mul(int64_t n, const float* a, const float* b, float* y) override;
+  void dot(int64_t n, const float* x, const float* y, float* result) override;
   float dot(int64_t n, const float* x, const float* y) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
@@ -74,6 +75,9 @@ class NativeBackend final : public Backend {
   void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                           const float* x, const float* mean, const float* var, float* y,
                           float* inv_std) override;
+  void batch_norm_inference(int64_t outer, int64_t channels, int64_t inner, float eps,
+                            const float* x, const float* mean_sum, const float* var_sum,
+                            const float* factor, float* y, float* mean, float* inv_std) override;
   void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner, const float* y,
                            const float* dy, const float* inv_std, float* dx) override;
   void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,

@@ -39,6 +39,11 @@ void Backend::batch_norm_forward(int64_t, int64_t, int64_t, float, const float*,
                                  const float*, float*, float*) {
   unsupported(Operation::kBatchNorm, "batch_norm_forward");
 }
+void Backend::batch_norm_inference(int64_t, int64_t, int64_t, float, const float*,
+                                   const float*, const float*, const float*, float*, float*,
+                                   float*) {
+  unsupported(Operation::kBatchNorm, "batch_norm_inference");
+}
 void Backend::batch_norm_backward(int64_t, int64_t, int64_t, const float*, const float*,
                                   const float*, float*) {
   unsupported(Operation::kBatchNorm, "batch_norm_backward");

@@ -141,17 +141,6 @@ void CudaBackend::scal(int64_t n, float alpha, float* x) {
   LAMINA_CUBLAS_CHECK(cublasSscal_64(context_.blas(), n, &alpha, x, 1));
 }
 
-// dot returns to the host, so it waits for the stream and counts as a transfer.
-float CudaBackend::dot(int64_t n, const float* x, const float* y) {
-  on_device();
-  ++transfers_.to_host;
-  transfers_.bytes += static_cast<int64_t>(sizeof(float));
-  float result = 0;
-  if (n == 0) return result;
-  LAMINA_CUBLAS_CHECK(cublasSdot_64(context_.blas(), n, x, 1, y, 1, &result));
-  return result;
-}
-
 }  // namespace cuda_detail
 
 // ---------------------------------------------------------------------------------------

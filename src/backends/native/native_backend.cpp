@@ -219,10 +219,31 @@ void NativeBackend::mul(int64_t n, const float* a, const float* b, float* y) {
   parallel_for(n, [=](int64_t i) { y[i] = a[i] * b[i]; });
 }
 
+// x . y in double: blocks of kDotBlock elements summed in parallel (eight accumulators each,
+// so the loop pipelines), then added in block order: the result does not depend on the
+// thread count.
+void NativeBackend::dot(int64_t n, const float* x, const float* y, float* result) {
+  constexpr int64_t kDotBlock = int64_t{1} << 14;
+  std::vector<double> partial((n + kDotBlock - 1) / kDotBlock);
+  parallel_rows(int64_t(partial.size()), kDotBlock, [&](int64_t b) {
+    const int64_t begin = b * kDotBlock, end = std::min(n, begin + kDotBlock);
+    double acc[8] = {};
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+      for (int k = 0; k < 8; ++k) acc[k] += double(x[i + k]) * y[i + k];
+    }
+    double sum = 0;
+    for (; i < end; ++i) sum += double(x[i]) * y[i];
+    for (double a : acc) sum += a;
+    partial[b] = sum;
+  });
+  result[0] = static_cast<float>(serial_sum(partial));
+}
+
 float NativeBackend::dot(int64_t n, const float* x, const float* y) {
-  double total = 0;
-  in_blas_chunks(n, [&](int64_t s, blasint len) { total += cblas_sdot(len, x + s, 1, y + s, 1); });
-  return static_cast<float>(total);
+  float result = 0;
+  dot(n, x, y, &result);  // host memory already
+  return result;
 }
 
 // ---------------------------------------------------------------------------------------
