@@ -1,11 +1,15 @@
-// Backends that forward to a NativeBackend, for tests that need a backend with one behaviour
-// changed (counting copies, posing as a device, injecting an error): derive from one and
-// override only that.
+// Backends that forward to another backend (a NativeBackend of their own unless given one),
+// for tests that need a backend with one behaviour changed (counting copies, posing as a
+// device, injecting an error): derive from one and override only that.
 //   CoreForwardingBackend  forwards only what every backend must implement (memory, BLAS, the
 //                          MLP operations, the update): what a new backend starts as, with
 //                          every optional operation left to Backend's defaults;
-//   ForwardingBackend      forwards every operation, optional ones and supports() included.
+//   ForwardingBackend      forwards every operation, optional ones and supports() included;
+//   CountingBackend        a ForwardingBackend that counts host/backend transfers.
 #pragma once
+
+#include <cstdint>
+#include <memory>
 
 #include "lamina/native_backend.hpp"
 
@@ -13,6 +17,11 @@ namespace lamina::testing {
 
 class CoreForwardingBackend : public Backend {
  public:
+  // Forwards to a NativeBackend of its own.
+  CoreForwardingBackend() : owned_(std::make_unique<NativeBackend>()), inner_(*owned_) {}
+  // Forwards to inner, which must outlive this backend.
+  explicit CoreForwardingBackend(Backend& inner) : inner_(inner) {}
+
   std::string name() const override { return inner_.name(); }
   bool is_host() const override { return inner_.is_host(); }
   void* allocate(size_t bytes) override { return inner_.allocate(bytes); }
@@ -103,11 +112,13 @@ class CoreForwardingBackend : public Backend {
   }
 
  protected:
-  NativeBackend inner_;
+  std::unique_ptr<Backend> owned_;  // null when forwarding to a backend given by the caller
+  Backend& inner_;
 };
 
 class ForwardingBackend : public CoreForwardingBackend {
  public:
+  using CoreForwardingBackend::CoreForwardingBackend;
   void conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* b,
                     float* y) override {
     inner_.conv_forward(g, x, w, b, y);
@@ -167,6 +178,43 @@ class ForwardingBackend : public CoreForwardingBackend {
     inner_.eltwise_max_backward(n, index, dy, mask, dx);
   }
   bool supports(Operation op) const override { return inner_.supports(op); }
+};
+
+// Counts what crosses between the host and the backend's memory: copy_to_host,
+// copy_from_host, and the host-returning dot (it waits and reads one float back). Wrap any
+// backend (CUDA too) to show that a sequence of operations moves nothing, or exactly what.
+class CountingBackend : public ForwardingBackend {
+ public:
+  struct Transfers {
+    int64_t to_host = 0;
+    int64_t from_host = 0;
+    int64_t bytes = 0;
+  };
+  using ForwardingBackend::ForwardingBackend;
+  using ForwardingBackend::dot;
+
+  const Transfers& transfers() const { return transfers_; }
+
+  void copy_to_host(size_t bytes, const void* src, void* dst) override {
+    count(transfers_.to_host, bytes);
+    inner_.copy_to_host(bytes, src, dst);
+  }
+  void copy_from_host(size_t bytes, const void* src, void* dst) override {
+    count(transfers_.from_host, bytes);
+    inner_.copy_from_host(bytes, src, dst);
+  }
+  float dot(int64_t n, const float* x, const float* y) override {
+    count(transfers_.to_host, sizeof(float));
+    return inner_.dot(n, x, y);
+  }
+
+ private:
+  void count(int64_t& direction, size_t bytes) {
+    ++direction;
+    transfers_.bytes += int64_t(bytes);
+  }
+
+  Transfers transfers_;
 };
 
 }  // namespace lamina::testing

@@ -64,7 +64,7 @@ class NativeBackendTest : public ::testing::Test {
 // Memory
 // ---------------------------------------------------------------------------------------
 
-TEST_F(NativeBackendTest, MemoryIsAlignedAndCopiesWithoutCountingTransfers) {
+TEST_F(NativeBackendTest, MemoryIsAlignedAndCopies) {
   const int64_t n = 1001;
   const size_t bytes = sizeof(float) * n;
   auto* a = static_cast<float*>(backend_.allocate(bytes));
@@ -86,13 +86,36 @@ TEST_F(NativeBackendTest, MemoryIsAlignedAndCopiesWithoutCountingTransfers) {
   backend_.copy_to_host(bytes, b, back.data());
   EXPECT_EQ(back, source);
 
-  EXPECT_EQ(backend_.transfers().to_host, 0);
-  EXPECT_EQ(backend_.transfers().from_host, 0);
-  EXPECT_EQ(backend_.transfers().bytes, 0);
   EXPECT_TRUE(backend_.is_host());
   EXPECT_EQ(backend_.name(), "native");
   backend_.deallocate(a);
   backend_.deallocate(b);
+}
+
+// The test decorator that counts transfers: copies to and from the host and the dot that
+// reads back, never the operations that stay in backend memory.
+TEST(CountingBackend, CountsCopiesAndReadBacksButNotOperations) {
+  NativeBackend native;
+  testing::CountingBackend be(native);
+  EXPECT_EQ(be.name(), "native");
+  const int64_t n = 100;
+  const std::vector<float> x = random_values(n, 1);
+  std::vector<float> a(n), b(n, 1.0f), back(n);
+  float result = 0;
+  be.copy_from_host(sizeof(float) * n, x.data(), a.data());
+  be.axpy(n, 2.0f, a.data(), b.data());
+  be.dot(n, a.data(), b.data(), &result);
+  be.synchronize();
+  EXPECT_EQ(be.transfers().from_host, 1);
+  EXPECT_EQ(be.transfers().to_host, 0);
+  EXPECT_EQ(be.transfers().bytes, int64_t(sizeof(float)) * n);
+
+  be.copy_to_host(sizeof(float) * n, b.data(), back.data());
+  EXPECT_EQ(be.dot(n, a.data(), b.data()), result);
+  EXPECT_EQ(be.transfers().from_host, 1);
+  EXPECT_EQ(be.transfers().to_host, 2);
+  EXPECT_EQ(be.transfers().bytes, int64_t(sizeof(float)) * (2 * n + 1));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(back[i], 2.0f * x[i] + 1.0f) << i;
 }
 
 TEST_F(NativeBackendTest, FillTakesTheParallelPath) {

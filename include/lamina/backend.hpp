@@ -88,13 +88,6 @@ inline const char* operation_name(Operation op) {
   return "unknown";
 }
 
-// Host/device copies made by a backend; a steady-state training iteration makes none.
-struct TransferStats {
-  int64_t to_host = 0;
-  int64_t from_host = 0;
-  int64_t bytes = 0;
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -110,7 +103,6 @@ class Backend {
   virtual void zero(size_t bytes, void* p) = 0;
   virtual void fill(int64_t n, float value, float* x) = 0;
   virtual void synchronize() = 0;
-  const TransferStats& transfers() const { return transfers_; }
 
   // ---- BLAS, float32, row-major ----
   // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C
@@ -273,8 +265,6 @@ class Backend {
  protected:
   // Throws the Error of an optional operation this backend does not implement.
   [[noreturn]] void unsupported(Operation op, const char* function) const;
-
-  TransferStats transfers_;
 };
 
 }  // namespace lamina

@@ -70,8 +70,6 @@ void CudaBackend::dot(int64_t n, const float* x, const float* y, float* result) 
 // The device dot into the workspace, after its partial sums, then read back: waits.
 float CudaBackend::dot(int64_t n, const float* x, const float* y) {
   const cudaStream_t s = on_device();
-  ++transfers_.to_host;
-  transfers_.bytes += static_cast<int64_t>(sizeof(float));
   const unsigned blocks = dot_blocks(n);
   auto* partial = static_cast<double*>(context_.workspace(sizeof(double) * (blocks + 1)));
   auto* result = reinterpret_cast<float*>(partial + blocks);

@@ -63,8 +63,6 @@ void CudaBackend::copy(size_t bytes, const void* src, void* dst) {
 
 void CudaBackend::copy_to_host(size_t bytes, const void* src, void* host_dst) {
   const cudaStream_t s = on_device();
-  ++transfers_.to_host;
-  transfers_.bytes += static_cast<int64_t>(bytes);
   if (bytes == 0) return;
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -72,8 +70,6 @@ void CudaBackend::copy_to_host(size_t bytes, const void* src, void* host_dst) {
 
 void CudaBackend::copy_from_host(size_t bytes, const void* host_src, void* dst) {
   on_device();
-  ++transfers_.from_host;
-  transfers_.bytes += static_cast<int64_t>(bytes);
   context_.upload(bytes, host_src, dst);
 }
 

@@ -3,7 +3,7 @@
 //
 // Conventions (the semantics of every operation are the comments in backend.hpp):
 //   - Memory is ordinary host memory, 64-byte aligned. copy_to_host/copy_from_host are plain
-//     memcpy and are not counted as transfers (there is no device to transfer to).
+//     memcpy (there is no device to transfer to).
 //   - Elementwise loops go through parallel_for, which only wakes the pool's threads for arrays
 //     larger than kParallelMin; row-wise operations parallelise over rows.
 //   - Every elementwise operation works in place (x == y, dy == dx): each element is read
@@ -152,7 +152,7 @@ void NativeBackend::copy(size_t bytes, const void* src, void* dst) {
 }
 
 void NativeBackend::copy_to_host(size_t bytes, const void* src, void* host_dst) {
-  copy(bytes, src, host_dst);  // host memory already: not a transfer
+  copy(bytes, src, host_dst);  // host memory already
 }
 
 void NativeBackend::copy_from_host(size_t bytes, const void* host_src, void* dst) {
