@@ -106,9 +106,9 @@ class CoreForwardingBackend : public Backend {
                    int64_t len, int64_t start, float scale, float* dst) override {
     inner_.gather_rows(rows, cols, src, order, len, start, scale, dst);
   }
-  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments, int num_segments,
-              float* w, const float* g, float* h, float* h2) override {
-    inner_.update(args, n, segments, num_segments, w, g, h, h2);
+  void update(const UpdateArgs& args, const UpdateLayout& layout, float* w, const float* g,
+              float* h, float* h2) override {
+    inner_.update(args, layout, w, g, h, h2);
   }
 
  protected:

@@ -1,7 +1,7 @@
 // NativeBackend, operation by operation, against straightforward reference loops evaluated
 // in double inside the test (the semantics are the comments in backend.hpp). Inputs are
 // random, non-zero, of odd sizes; elementwise operations also run on 100003 elements so the
-// OpenMP path is exercised, and in place. NativeBackend memory is host memory, so the tests
+// thread pool's path is exercised (on three threads), and in place. NativeBackend memory is host memory, so the tests
 // pass std::vector storage directly.
 #include <gtest/gtest.h>
 
@@ -15,6 +15,8 @@
 #include <tuple>
 #include <vector>
 
+#include <stdlib.h>
+
 #include "forwarding_backend.hpp"
 #include "lamina/common.hpp"
 #include "lamina/counter_rng.hpp"
@@ -22,6 +24,7 @@
 #include "lamina/native_backend.hpp"
 #include "lamina/net.hpp"
 #include "test_util.hpp"
+#include "update_layouts.hpp"
 
 namespace lamina {
 namespace {
@@ -29,6 +32,11 @@ namespace {
 using testing::compare;
 using testing::error_of;
 using testing::random_values;
+
+// The thread pool is created on first use with LAMINA_NUM_THREADS threads, else with the
+// cores OpenBLAS leaves free, which can be none (the loops then run on the calling thread).
+// Three threads unless the environment says otherwise, so the parallel paths are exercised.
+const bool kPoolThreadsSet = setenv("LAMINA_NUM_THREADS", "3", /*overwrite=*/0) == 0;
 
 // actual agrees with expected to tol (normalised error); else the first differences.
 ::testing::AssertionResult matches(const std::vector<float>& actual,
@@ -884,17 +892,48 @@ std::string rule_name(UpdateRule rule) {
   return "?";
 }
 
-TEST_P(UpdateTest, TwoStepsOverTwoSegmentsMatchTheFormulas) {
-  const auto [rule, regularization] = GetParam();
-  // Arena: segment 0 [0, 41), padding [41, 56), segment 1 [56, 93), padding [93, 98).
-  const int64_t n = 98;
-  const std::vector<ParamSegment> segments = {{0, 41, 1.0f, 1.0f}, {56, 37, 2.0f, 0.5f}};
-  auto in_segment = [&](int64_t i) {
+// Segments and their block table in host memory, as NativeBackend::update reads them.
+struct HostLayout {
+  HostLayout(std::vector<ParamSegment> s, int64_t n)
+      : segments(std::move(s)),
+        blocks(block_segments(segments, n)),
+        layout{n, segments.data(), int(segments.size()), blocks.data()} {}
+  HostLayout(const HostLayout&) = delete;
+  bool in_segment(int64_t i) const {
     for (const auto& s : segments) {
       if (i >= s.offset && i < s.offset + s.count) return true;
     }
     return false;
-  };
+  }
+  const std::vector<ParamSegment> segments;
+  const std::vector<int32_t> blocks;
+  const UpdateLayout layout;
+};
+
+TEST(BlockSegments, EachBlockNamesTheSegmentItHoldsOrNone) {
+  // [0, 41), [64, 194) over three blocks, an empty segment, [256, 320), then padding.
+  const std::vector<ParamSegment> segments = {
+      {0, 41, 1, 1}, {64, 130, 1, 1}, {256, 0, 1, 1}, {256, 64, 1, 1}};
+  EXPECT_EQ(block_segments(segments, 448), (std::vector<int32_t>{0, 1, 1, 1, 3, -1, -1}));
+  EXPECT_EQ(block_segments({}, 128), (std::vector<int32_t>{-1, -1}));
+  EXPECT_TRUE(block_segments({}, 0).empty());
+}
+
+TEST(BlockSegmentsDeathTest, ALayoutTheUpdateCannotReadIsAnInternalError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(block_segments({{8, 4, 1, 1}}, 64), "not aligned");           // misaligned
+  EXPECT_DEATH(block_segments({{0, 70, 1, 1}, {64, 4, 1, 1}}, 128), "overlaps");
+  EXPECT_DEATH(block_segments({{64, 4, 1, 1}, {0, 4, 1, 1}}, 128), "precedes");  // unsorted
+  EXPECT_DEATH(block_segments({{64, 65, 1, 1}}, 128), "leaves the arena");
+  EXPECT_DEATH(block_segments({}, 100), "not a multiple");
+}
+
+TEST_P(UpdateTest, TwoStepsOverTwoSegmentsMatchTheFormulas) {
+  const auto [rule, regularization] = GetParam();
+  // Arena: segment 0 [0, 41), padding [41, 64), segment 1 [64, 101), padding [101, 128).
+  const int64_t n = 128;
+  const HostLayout layout({{0, 41, 1.0f, 1.0f}, {64, 37, 2.0f, 0.5f}}, n);
+  const auto in_segment = [&](int64_t i) { return layout.in_segment(i); };
 
   UpdateArgs args;
   args.rule = rule;
@@ -907,7 +946,7 @@ TEST_P(UpdateTest, TwoStepsOverTwoSegmentsMatchTheFormulas) {
   args.grad_scale = 0.5f;
 
   auto w = random_values(n, 28);
-  w[5] = w[60] = 0.0f;  // L1's sign(0) = 0
+  w[5] = w[70] = 0.0f;  // L1's sign(0) = 0
   auto h = random_values(n, 29, 0.01f, 0.5f);  // non-negative: RMSProp/AdaGrad/Adam's v
   auto h2 = random_values(n, 30, 0.01f, 0.5f);
   std::vector<double> w_ref(w.begin(), w.end()), h_ref(h.begin(), h.end()),
@@ -918,9 +957,9 @@ TEST_P(UpdateTest, TwoStepsOverTwoSegmentsMatchTheFormulas) {
     args.step = step;
     const auto g = random_values(n, 30 + step);
     const bool adam = rule == UpdateRule::kAdam || rule == UpdateRule::kAdamW;
-    backend_.update(args, n, segments.data(), static_cast<int>(segments.size()), w.data(),
-                    g.data(), h.data(), adam ? h2.data() : nullptr);
-    for (const auto& s : segments) reference_update(args, s, w_ref, g, h_ref, h2_ref);
+    backend_.update(args, layout.layout, w.data(), g.data(), h.data(),
+                    adam ? h2.data() : nullptr);
+    for (const auto& s : layout.segments) reference_update(args, s, w_ref, g, h_ref, h2_ref);
   }
 
   EXPECT_MATCH(w, to_float(w_ref), 1e-5) << "weights";
@@ -954,8 +993,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A segment longer than the parallel threshold, so the update runs on all threads.
 TEST_F(NativeBackendTest, UpdateOfALargeSegment) {
-  const int64_t n = 100003;
-  const ParamSegment segment{0, n, 1.5f, 2.0f};
+  const int64_t count = 100003, n = 100032;
+  const HostLayout layout({{0, count, 1.5f, 2.0f}}, n);
   UpdateArgs args;
   args.rule = UpdateRule::kNesterov;
   args.lr = 0.1f;
@@ -965,10 +1004,48 @@ TEST_F(NativeBackendTest, UpdateOfALargeSegment) {
   auto h = random_values(n, 41);
   const auto g = random_values(n, 42);
   std::vector<double> w_ref(w.begin(), w.end()), h_ref(h.begin(), h.end()), unused;
-  backend_.update(args, n, &segment, 1, w.data(), g.data(), h.data(), nullptr);
-  reference_update(args, segment, w_ref, g, h_ref, unused);
+  backend_.update(args, layout.layout, w.data(), g.data(), h.data(), nullptr);
+  reference_update(args, layout.segments[0], w_ref, g, h_ref, unused);
   EXPECT_MATCH(w, to_float(w_ref), 1e-5);
   EXPECT_MATCH(h, to_float(h_ref), 1e-5);
+}
+
+// 320 parameters of varied sizes (under one block, several blocks, empty; gaps of padding
+// blocks), with the arena large enough that the pool's ranges split segments and padding:
+// every element of every segment moves as the formulas say, with its segment's multipliers,
+// and no padding element changes.
+TEST_F(NativeBackendTest, UpdateOfManySegmentsInOnePass) {
+  const std::vector<ParamSegment> segments = testing::varied_segments(320, 150, 4000, 43);
+  const int64_t n = testing::arena_size(segments);
+  ASSERT_GT(n, int64_t{1} << 16);
+  const HostLayout layout(segments, n);
+  for (UpdateRule rule : {UpdateRule::kSGD, UpdateRule::kAdam}) {
+    SCOPED_TRACE(rule_name(rule));
+    UpdateArgs args;
+    args.rule = rule;
+    args.lr = 0.05f;
+    args.momentum = 0.9f;
+    args.weight_decay = 0.01f;
+    args.step = 3;
+    auto w = random_values(n, 44);
+    auto h = random_values(n, 45, 0.01f, 0.5f);
+    auto h2 = random_values(n, 46, 0.01f, 0.5f);
+    const auto g = random_values(n, 47);
+    const auto w0 = w, h0 = h, h20 = h2;
+    std::vector<double> w_ref(w.begin(), w.end()), h_ref(h.begin(), h.end()),
+        h2_ref(h2.begin(), h2.end());
+    backend_.update(args, layout.layout, w.data(), g.data(), h.data(), h2.data());
+    for (const auto& s : segments) reference_update(args, s, w_ref, g, h_ref, h2_ref);
+    EXPECT_MATCH(w, to_float(w_ref), 1e-5) << "weights";
+    EXPECT_MATCH(h, to_float(h_ref), 1e-5) << "history";
+    EXPECT_MATCH(h2, to_float(h2_ref), 1e-5) << "history2";
+    for (int64_t i = 0; i < n; ++i) {
+      if (layout.in_segment(i)) continue;
+      ASSERT_EQ(w[i], w0[i]) << "padding weight " << i << " changed";
+      ASSERT_EQ(h[i], h0[i]) << "padding history " << i << " changed";
+      ASSERT_EQ(h2[i], h20[i]) << "padding history2 " << i << " changed";
+    }
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lamina {
 
@@ -33,6 +34,22 @@ struct ParamSegment {
   float lr_mult;
   float decay_mult;
 };
+
+constexpr int64_t kArenaBlock = 64;  // floats; every parameter starts on a block boundary
+
+// The parameter arena as the fused update reads it; all pointers in backend memory.
+struct UpdateLayout {
+  int64_t n = 0;                            // floats in the arena, a multiple of kArenaBlock
+  const ParamSegment* segments = nullptr;   // num_segments entries
+  int num_segments = 0;
+  const int32_t* block_segment = nullptr;   // n / kArenaBlock entries: the segment whose
+                                            // elements block b holds, -1 for padding only
+};
+
+// The block table of segments laid out on kArenaBlock boundaries in an arena of n floats
+// (src/core/update_layout.cpp). The segments must be sorted by offset, each starting on a
+// block boundary, without overlap, inside the arena: the caller lays them out (CHECKed).
+std::vector<int32_t> block_segments(const std::vector<ParamSegment>& segments, int64_t n);
 
 enum class UpdateRule { kSGD, kNesterov, kAdam, kAdamW, kRMSProp, kAdaGrad };
 enum class Regularization { kL2, kL1 };
@@ -244,8 +261,10 @@ class Backend {
   // ---- solver ----
   // One fused pass over the parameter arena: regularisation, lr_mult/decay_mult per segment,
   // the rule's history update and the weight step. weights, grads, history and history2 each
-  // hold the arena's n floats; segments (in this backend's memory) list the parameters.
-  // Elements outside every segment (alignment padding) are left untouched. Per element, with
+  // hold the arena's layout.n floats; each element finds its segment through the block table
+  // (layout.block_segment[i / kArenaBlock]), so the pass costs the same however many
+  // parameters there are. Elements outside every segment (padding) are left untouched.
+  // Adam's bias correction is computed once per call, in double. Per element, with
   // lr_i = lr * lr_mult, decay_i = weight_decay * decay_mult, reg(w) = w (L2) or sign(w)
   // (L1, sign(0) = 0), and g' = grad_scale * g + decay_i * reg(w):
   //   SGD:      h = momentum h + lr_i g';  w -= h                       (Caffe's form)
@@ -258,9 +277,8 @@ class Backend {
   //   RMSProp:  h = momentum2 h + (1 - momentum2) g'^2;  w -= lr_i g' / (sqrt(h) + delta)
   //   AdaGrad:  h += g'^2;  w -= lr_i g' / (sqrt(h) + delta)
   // history2 is used by Adam and AdamW only (may be null otherwise).
-  virtual void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
-                      int num_segments, float* weights, const float* grads, float* history,
-                      float* history2) = 0;
+  virtual void update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
+                      const float* grads, float* history, float* history2) = 0;
 
  protected:
   // Throws the Error of an optional operation this backend does not implement.

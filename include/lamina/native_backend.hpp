@@ -92,9 +92,8 @@ class NativeBackend final : public Backend {
                             float* dx) override;
   bool supports(Operation) const override { return true; }  // every optional operation
 
-  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
-              int num_segments, float* weights, const float* grads, float* history,
-              float* history2) override;
+  void update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
+              const float* grads, float* history, float* history2) override;
 };
 
 }  // namespace lamina

@@ -198,9 +198,15 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   for (const ParamInfo& info : net_->param_table())
     segments.push_back({info.offset, info.count, info.lr_mult, info.decay_mult});
   num_segments_ = int(segments.size());
-  segments_ = Buffer(backend, sizeof(ParamSegment) * segments.size());
-  if (!segments.empty())
-    backend.copy_from_host(sizeof(ParamSegment) * segments.size(), segments.data(), segments_.get());
+  // The segment table, then the block table of the update's layout, in one buffer.
+  const std::vector<int32_t> blocks = block_segments(segments, n);
+  const size_t segment_bytes = sizeof(ParamSegment) * segments.size();
+  segments_ = Buffer(backend, segment_bytes + sizeof(int32_t) * blocks.size());
+  if (!segments.empty()) {
+    backend.copy_from_host(segment_bytes, segments.data(), segments_.get());
+    backend.copy_from_host(sizeof(int32_t) * blocks.size(), blocks.data(),
+                           static_cast<char*>(segments_.get()) + segment_bytes);
+  }
 
   loss_ring_ = Buffer(backend, sizeof(float) * (param.average_loss() + 1));
   backend.zero(loss_ring_.bytes(), loss_ring_.get());
@@ -447,8 +453,11 @@ void Solver::apply_update() {
       VLOG(1) << "clipping gradients: norm " << norm << " > " << param_.clip_gradients();
     }
   }
-  backend_.update(args_, n, segments_.as<ParamSegment>(), num_segments_, net_->param_data(),
-                  net_->param_diff(), history_.as<float>(), history2_.as<float>());
+  const ParamSegment* segments = segments_.as<ParamSegment>();
+  const UpdateLayout layout{n, segments, num_segments_,
+                            reinterpret_cast<const int32_t*>(segments + num_segments_)};
+  backend_.update(args_, layout, net_->param_data(), net_->param_diff(), history_.as<float>(),
+                  history2_.as<float>());
 }
 
 void Solver::snapshot_as_configured(const char* why) {

@@ -123,9 +123,8 @@ class CudaBackend final : public Backend {
   // Every optional operation: convolution runs through cuDNN, or im2col + cuBLAS without it.
   bool supports(Operation) const override { return true; }
 
-  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
-              int num_segments, float* weights, const float* grads, float* history,
-              float* history2) override;
+  void update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
+              const float* grads, float* history, float* history2) override;
 
  private:
   // Convolution by im2col + cuBLAS (conv_kernels.cu), one image at a time with the column
