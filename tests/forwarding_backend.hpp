@@ -166,8 +166,8 @@ class ForwardingBackend : public CoreForwardingBackend {
     inner_.channel_reduce(o, c, i, a, b, out);
   }
   void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
-                 int64_t dst_stride, bool accumulate) override {
-    inner_.copy_rows(rows, cols, src, src_stride, dst, dst_stride, accumulate);
+                 int64_t dst_stride) override {
+    inner_.copy_rows(rows, cols, src, src_stride, dst, dst_stride);
   }
   void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
                            int32_t* mask) override {

@@ -180,7 +180,7 @@ TEST(MinimalBackend, OptionalOperationsAreUnsupportedAndThrowNamingBackendAndOpe
       {Operation::kBatchNorm, [&] { be.batch_norm_backward(1, 2, 2, p, p, p, p); }},
       {Operation::kChannelAffine, [&] { be.channel_affine(1, 2, 2, p, p, p, p); }},
       {Operation::kChannelAffine, [&] { be.channel_reduce(1, 2, 2, p, p, p); }},
-      {Operation::kRowCopy, [&] { be.copy_rows(2, 2, p, 2, p + 8, 2, false); }},
+      {Operation::kRowCopy, [&] { be.copy_rows(2, 2, p, 2, p + 8, 2); }},
       {Operation::kEltwiseMax, [&] { be.eltwise_max_forward(4, 1, p, p, mask.data()); }},
       {Operation::kEltwiseMax, [&] { be.eltwise_max_backward(4, 1, p, mask.data(), p); }},
   };

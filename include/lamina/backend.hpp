@@ -244,10 +244,9 @@ class Backend {
   virtual void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
                               const float* b, float* out);
   // kRowCopy. Row r of dst (rows, cols) at dst + r * dst_stride = row r of src at
-  // src + r * src_stride; with accumulate, dst += src. Concat's forward, and with the roles
-  // swapped its backward.
+  // src + r * src_stride. Concat's forward, and with the roles swapped its backward.
   virtual void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
-                         float* dst, int64_t dst_stride, bool accumulate);
+                         float* dst, int64_t dst_stride);
   // kEltwiseMax. Eltwise max over several inputs, one at a time: for input index > 0, where
   // x > y, y = x and mask = index (index 0: y = x, mask = 0).
   virtual void eltwise_max_forward(int64_t n, int index, const float* x, float* y,

@@ -55,7 +55,7 @@ void Backend::channel_affine(int64_t, int64_t, int64_t, const float*, const floa
 void Backend::channel_reduce(int64_t, int64_t, int64_t, const float*, const float*, float*) {
   unsupported(Operation::kChannelAffine, "channel_reduce");
 }
-void Backend::copy_rows(int64_t, int64_t, const float*, int64_t, float*, int64_t, bool) {
+void Backend::copy_rows(int64_t, int64_t, const float*, int64_t, float*, int64_t) {
   unsupported(Operation::kRowCopy, "copy_rows");
 }
 void Backend::eltwise_max_forward(int64_t, int, const float*, float*, int32_t*) {

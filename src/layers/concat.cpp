@@ -49,8 +49,7 @@ class ConcatLayer : public Layer {
     int64_t offset = 0;
     for (const Tensor* b : bottom) {
       const int64_t cols = b->dim(axis_) * inner_;
-      backend_.copy_rows(outer_, cols, b->data(), cols, top[0]->mutable_data() + offset, top_cols,
-                         false);
+      backend_.copy_rows(outer_, cols, b->data(), cols, top[0]->mutable_data() + offset, top_cols);
       offset += cols;
     }
   }
@@ -63,7 +62,7 @@ class ConcatLayer : public Layer {
       const int64_t cols = bottom[i]->dim(axis_) * inner_;
       if (propagate[i]) {
         backend_.copy_rows(outer_, cols, top[0]->diff() + offset, top_cols,
-                           bottom[i]->mutable_diff(), cols, false);
+                           bottom[i]->mutable_diff(), cols);
       }
       offset += cols;
     }

@@ -115,7 +115,7 @@ class CudaBackend final : public Backend {
   void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
                       const float* b, float* out) override;
   void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
-                 int64_t dst_stride, bool accumulate) override;
+                 int64_t dst_stride) override;
   void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
                            int32_t* mask) override;
   void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,

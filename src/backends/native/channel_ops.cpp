@@ -163,18 +163,10 @@ void NativeBackend::channel_reduce(int64_t outer, int64_t channels, int64_t inne
 
 // src rows at src + r src_stride, dst rows at dst + r dst_stride, each cols floats.
 void NativeBackend::copy_rows(int64_t rows, int64_t cols, const float* src,
-                              int64_t src_stride, float* dst, int64_t dst_stride,
-                              bool accumulate) {
+                              int64_t src_stride, float* dst, int64_t dst_stride) {
   if (cols == 0) return;
   parallel_rows(rows, cols, [&](int64_t r) {
-    const float* s = src + r * src_stride;
-    float* d = dst + r * dst_stride;
-    if (!accumulate) {
-      std::memcpy(d, s, sizeof(float) * cols);
-      return;
-    }
-#pragma GCC ivdep
-    for (int64_t j = 0; j < cols; ++j) d[j] += s[j];
+    std::memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * cols);
   });
 }
 
