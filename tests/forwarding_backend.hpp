@@ -1,14 +1,27 @@
-// A Backend that forwards every operation to a NativeBackend, for tests that need a backend
-// with one behaviour changed (counting copies, posing as a device, injecting an error):
-// derive from it and override only that.
+// Backends that forward to another backend (a NativeBackend of their own unless given one),
+// for tests that need a backend with one behaviour changed (counting copies, posing as a
+// device, injecting an error): derive from one and override only that.
+//   CoreForwardingBackend  forwards only what every backend must implement (memory, BLAS, the
+//                          MLP operations, the update): what a new backend starts as, with
+//                          every optional operation left to Backend's defaults;
+//   ForwardingBackend      forwards every operation, optional ones and supports() included;
+//   CountingBackend        a ForwardingBackend that counts host/backend transfers.
 #pragma once
+
+#include <cstdint>
+#include <memory>
 
 #include "lamina/native_backend.hpp"
 
 namespace lamina::testing {
 
-class ForwardingBackend : public Backend {
+class CoreForwardingBackend : public Backend {
  public:
+  // Forwards to a NativeBackend of its own.
+  CoreForwardingBackend() : owned_(std::make_unique<NativeBackend>()), inner_(*owned_) {}
+  // Forwards to inner, which must outlive this backend.
+  explicit CoreForwardingBackend(Backend& inner) : inner_(inner) {}
+
   std::string name() const override { return inner_.name(); }
   bool is_host() const override { return inner_.is_host(); }
   void* allocate(size_t bytes) override { return inner_.allocate(bytes); }
@@ -39,8 +52,8 @@ class ForwardingBackend : public Backend {
   void mul(int64_t n, const float* a, const float* b, float* y) override {
     inner_.mul(n, a, b, y);
   }
+  void dot(int64_t n, const float* x, const float* y, float* r) override { inner_.dot(n, x, y, r); }
   float dot(int64_t n, const float* x, const float* y) override { return inner_.dot(n, x, y); }
-  float asum(int64_t n, const float* x) override { return inner_.asum(n, x); }
   void activation_forward(Activation f, int64_t n, float s, const float* x, float* y) override {
     inner_.activation_forward(f, n, s, x, y);
   }
@@ -93,6 +106,19 @@ class ForwardingBackend : public Backend {
                    int64_t len, int64_t start, float scale, float* dst) override {
     inner_.gather_rows(rows, cols, src, order, len, start, scale, dst);
   }
+  void update(const UpdateArgs& args, const UpdateLayout& layout, float* w, const float* g,
+              float* h, float* h2) override {
+    inner_.update(args, layout, w, g, h, h2);
+  }
+
+ protected:
+  std::unique_ptr<Backend> owned_;  // null when forwarding to a backend given by the caller
+  Backend& inner_;
+};
+
+class ForwardingBackend : public CoreForwardingBackend {
+ public:
+  using CoreForwardingBackend::CoreForwardingBackend;
   void conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* b,
                     float* y) override {
     inner_.conv_forward(g, x, w, b, y);
@@ -122,6 +148,11 @@ class ForwardingBackend : public Backend {
                           float* inv_std) override {
     inner_.batch_norm_forward(o, c, i, eps, x, mean, var, y, inv_std);
   }
+  void batch_norm_inference(int64_t o, int64_t c, int64_t i, float eps, const float* x,
+                            const float* mean_sum, const float* var_sum, const float* factor,
+                            float* y, float* mean, float* inv_std) override {
+    inner_.batch_norm_inference(o, c, i, eps, x, mean_sum, var_sum, factor, y, mean, inv_std);
+  }
   void batch_norm_backward(int64_t o, int64_t c, int64_t i, const float* y, const float* dy,
                            const float* inv_std, float* dx) override {
     inner_.batch_norm_backward(o, c, i, y, dy, inv_std, dx);
@@ -135,8 +166,8 @@ class ForwardingBackend : public Backend {
     inner_.channel_reduce(o, c, i, a, b, out);
   }
   void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
-                 int64_t dst_stride, bool accumulate) override {
-    inner_.copy_rows(rows, cols, src, src_stride, dst, dst_stride, accumulate);
+                 int64_t dst_stride) override {
+    inner_.copy_rows(rows, cols, src, src_stride, dst, dst_stride);
   }
   void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
                            int32_t* mask) override {
@@ -147,13 +178,43 @@ class ForwardingBackend : public Backend {
     inner_.eltwise_max_backward(n, index, dy, mask, dx);
   }
   bool supports(Operation op) const override { return inner_.supports(op); }
-  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments, int num_segments,
-              float* w, const float* g, float* h, float* h2) override {
-    inner_.update(args, n, segments, num_segments, w, g, h, h2);
+};
+
+// Counts what crosses between the host and the backend's memory: copy_to_host,
+// copy_from_host, and the host-returning dot (it waits and reads one float back). Wrap any
+// backend (CUDA too) to show that a sequence of operations moves nothing, or exactly what.
+class CountingBackend : public ForwardingBackend {
+ public:
+  struct Transfers {
+    int64_t to_host = 0;
+    int64_t from_host = 0;
+    int64_t bytes = 0;
+  };
+  using ForwardingBackend::ForwardingBackend;
+  using ForwardingBackend::dot;
+
+  const Transfers& transfers() const { return transfers_; }
+
+  void copy_to_host(size_t bytes, const void* src, void* dst) override {
+    count(transfers_.to_host, bytes);
+    inner_.copy_to_host(bytes, src, dst);
+  }
+  void copy_from_host(size_t bytes, const void* src, void* dst) override {
+    count(transfers_.from_host, bytes);
+    inner_.copy_from_host(bytes, src, dst);
+  }
+  float dot(int64_t n, const float* x, const float* y) override {
+    count(transfers_.to_host, sizeof(float));
+    return inner_.dot(n, x, y);
   }
 
- protected:
-  NativeBackend inner_;
+ private:
+  void count(int64_t& direction, size_t bytes) {
+    ++direction;
+    transfers_.bytes += int64_t(bytes);
+  }
+
+  Transfers transfers_;
 };
 
 }  // namespace lamina::testing

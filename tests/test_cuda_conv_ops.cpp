@@ -345,6 +345,24 @@ TEST_F(CudaConvOpsTest, BatchNorm) {
       return {{"mean", mean.host()}, {"var", var.host()},       {"y", y.host()},
               {"dx", dx.host()},     {"y in place", x.host()}, {"inv_std", inv_std.host()}};
     });
+    // Running statistics (Caffe's sums and factor); factor 0 gives zero estimates.
+    for (float factor : {9.99f, 0.0f}) {
+      SCOPED_TRACE(::testing::Message() << "inference, factor " << factor);
+      expect_same([&](Backend& be) -> Outputs {
+        Floats x(be, random_values(n, 3, -2.0f, 3.0f));
+        Floats mean_sum(be, random_values(s.channels, 4, -5.0f, 5.0f));
+        Floats var_sum(be, random_values(s.channels, 5, 0.5f, 9.0f));
+        Floats f(be, std::vector<float>{factor});
+        Floats y(be, n, std::nanf("")), mean(be, s.channels, std::nanf(""));
+        Floats inv_std(be, s.channels, std::nanf(""));
+        be.batch_norm_inference(s.outer, s.channels, s.inner, 1e-5f, x.get(), mean_sum.get(),
+                                var_sum.get(), f.get(), y.get(), mean.get(), inv_std.get());
+        be.batch_norm_inference(s.outer, s.channels, s.inner, 1e-5f, x.get(), mean_sum.get(),
+                                var_sum.get(), f.get(), x.get(), mean.get(), inv_std.get());
+        return {{"y", y.host()}, {"mean", mean.host()}, {"inv_std", inv_std.host()},
+                {"y in place", x.host()}};
+      });
+    }
   }
 }
 
@@ -397,20 +415,17 @@ TEST_F(CudaConvOpsTest, CopyRows) {
   // Concat of (n, 3, 5) and (n, 4, 5) along axis 1: rows n, a source's row is its inner
   // block, the destination's stride the concatenated row.
   const int64_t rows = 6, cols_a = 15, cols_b = 20, stride = cols_a + cols_b;
-  for (bool accumulate : {false, true}) {
-    SCOPED_TRACE(accumulate ? "accumulate" : "copy");
-    expect_same([&](Backend& be) -> Outputs {
-      Floats a(be, random_values(rows * cols_a, 1));
-      Floats b(be, random_values(rows * cols_b, 2));
-      Floats dst(be, random_values(rows * stride, 3));
-      be.copy_rows(rows, cols_a, a.get(), cols_a, dst.get(), stride, accumulate);
-      be.copy_rows(rows, cols_b, b.get(), cols_b, dst.get() + cols_a, stride, accumulate);
-      // And back (Concat's backward): from the strided rows into a dense block.
-      Floats back(be, random_values(rows * cols_b, 4));
-      be.copy_rows(rows, cols_b, dst.get() + cols_a, stride, back.get(), cols_b, accumulate);
-      return {{"dst", dst.host(), true}, {"back", back.host(), true}};
-    });
-  }
+  expect_same([&](Backend& be) -> Outputs {
+    Floats a(be, random_values(rows * cols_a, 1));
+    Floats b(be, random_values(rows * cols_b, 2));
+    Floats dst(be, random_values(rows * stride, 3));
+    be.copy_rows(rows, cols_a, a.get(), cols_a, dst.get(), stride);
+    be.copy_rows(rows, cols_b, b.get(), cols_b, dst.get() + cols_a, stride);
+    // And back (Concat's backward): from the strided rows into a dense block.
+    Floats back(be, random_values(rows * cols_b, 4));
+    be.copy_rows(rows, cols_b, dst.get() + cols_a, stride, back.get(), cols_b);
+    return {{"dst", dst.host(), true}, {"back", back.host(), true}};
+  });
 }
 
 TEST_F(CudaConvOpsTest, EltwiseMax) {
@@ -441,7 +456,7 @@ TEST_F(CudaConvOpsTest, EltwiseMax) {
 
 TEST_F(CudaConvOpsTest, SupportsEveryOperation) {
   for (Operation op : {Operation::kConvolution, Operation::kPooling, Operation::kBatchNorm,
-                       Operation::kChannelAffine, Operation::kEltwiseMax}) {
+                       Operation::kChannelAffine, Operation::kRowCopy, Operation::kEltwiseMax}) {
     EXPECT_TRUE(cuda_->supports(op)) << operation_name(op);
   }
 }

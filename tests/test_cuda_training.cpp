@@ -3,12 +3,13 @@
 //     forward/backward on Native and on the device, compared at relative error 1e-5;
 //   - the MNIST MLP trained 200 iterations on both: the same displayed losses (1e-4 relative)
 //     and test accuracies within 0.1 percentage point;
-//   - a steady-state iteration makes no host/device copy; one read per displayed loss;
+//   - a steady-state iteration makes no host/device copy; one read per displayed loss
+//     (counted by wrapping the backend in a CountingBackend);
 //   - one context, stream and cuBLAS handle per device, however many backends and nets.
 //
-// Devices: Cuda (skips visibly without a GPU) and HostAsDevice, a counting NativeBackend that
-// says it is not host memory. HostAsDevice runs everywhere: through it the harness, the
-// residency bookkeeping of tensors and the transfer counts are tested without a GPU.
+// Devices: Cuda (skips visibly without a GPU) and HostAsDevice, a NativeBackend that says it
+// is not host memory. HostAsDevice runs everywhere: through it the harness, the residency
+// bookkeeping of tensors and the transfer counts are tested without a GPU.
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
@@ -35,40 +36,17 @@ namespace {
 // ---------------------------------------------------------------- backends
 
 // NativeBackend behind the interface of a device: is_host() is false, so tensors keep host
-// mirrors and move values only through copy_to_host/copy_from_host, counted as CudaBackend
-// counts them (dot and asum read a scalar back). gemm_skew perturbs every gemm by that
-// relative amount, to show the comparisons catch a wrong kernel.
+// mirrors and move values only through copy_to_host/copy_from_host. gemm_skew perturbs every
+// gemm by that relative amount, to show the comparisons catch a wrong kernel.
 class HostAsDeviceBackend final : public ForwardingBackend {
  public:
   float gemm_skew = 0;
 
   std::string name() const override { return "host-as-device"; }
   bool is_host() const override { return false; }
-  void copy_to_host(size_t bytes, const void* src, void* dst) override {
-    count(&TransferStats::to_host, bytes);
-    inner_.copy(bytes, src, dst);
-  }
-  void copy_from_host(size_t bytes, const void* src, void* dst) override {
-    count(&TransferStats::from_host, bytes);
-    inner_.copy(bytes, src, dst);
-  }
   void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override {
     inner_.gemm(ta, tb, m, n, k, alpha * (1 + gemm_skew), a, b, beta, c);
-  }
-  float dot(int64_t n, const float* x, const float* y) override {
-    count(&TransferStats::to_host, sizeof(float));
-    return inner_.dot(n, x, y);
-  }
-  float asum(int64_t n, const float* x) override {
-    count(&TransferStats::to_host, sizeof(float));
-    return inner_.asum(n, x);
-  }
-
- private:
-  void count(int64_t TransferStats::*direction, size_t bytes) {
-    ++(transfers_.*direction);
-    transfers_.bytes += int64_t(bytes);
   }
 };
 
@@ -472,25 +450,27 @@ TEST_P(TrainingOnDevice, SteadyStateIterationsMakeNoTransfers) {
   mnist::Model m = mlp_model();  // 937 iterations per epoch: the steps below stay in epoch 0
   m.solver.clear_test_iter();    // training only (test_interval is 0)
   m.solver.set_display(0);
+  CountingBackend counting(*backend_);
+  using Transfers = CountingBackend::Transfers;
   {
-    Solver solver(m.solver, m.net, *backend_, m.net_path);
-    const TransferStats setup = backend_->transfers();
+    Solver solver(m.solver, m.net, counting, m.net_path);
+    const Transfers setup = counting.transfers();
     EXPECT_GT(setup.from_host, 0) << "uploading the data set and the weights is counted";
     solver.step(3);  // warm-up
-    const TransferStats before = backend_->transfers();
+    const Transfers before = counting.transfers();
     solver.step(50);
-    EXPECT_EQ(backend_->transfers().to_host, before.to_host);
-    EXPECT_EQ(backend_->transfers().from_host, before.from_host);
-    EXPECT_EQ(backend_->transfers().bytes, before.bytes);
+    EXPECT_EQ(counting.transfers().to_host, before.to_host);
+    EXPECT_EQ(counting.transfers().from_host, before.from_host);
+    EXPECT_EQ(counting.transfers().bytes, before.bytes);
   }
   // Displaying reads the loss ring (smoothed_loss: one copy_to_host of average_loss floats).
   m.solver.set_display(10);
-  Solver solver(m.solver, m.net, *backend_, m.net_path);
+  Solver solver(m.solver, m.net, counting, m.net_path);
   solver.step(3);  // displays iteration 0
-  const TransferStats before = backend_->transfers();
+  const Transfers before = counting.transfers();
   solver.step(50);  // iterations 3..52 display 10, 20, 30, 40, 50
-  EXPECT_EQ(backend_->transfers().to_host, before.to_host + 5);
-  EXPECT_EQ(backend_->transfers().from_host, before.from_host);
+  EXPECT_EQ(counting.transfers().to_host, before.to_host + 5);
+  EXPECT_EQ(counting.transfers().from_host, before.from_host);
   EXPECT_EQ(solver.loss_history().size(), 6u);
 }
 

@@ -1,7 +1,7 @@
 // NativeBackend, operation by operation, against straightforward reference loops evaluated
 // in double inside the test (the semantics are the comments in backend.hpp). Inputs are
 // random, non-zero, of odd sizes; elementwise operations also run on 100003 elements so the
-// OpenMP path is exercised, and in place. NativeBackend memory is host memory, so the tests
+// thread pool's path is exercised (on three threads), and in place. NativeBackend memory is host memory, so the tests
 // pass std::vector storage directly.
 #include <gtest/gtest.h>
 
@@ -15,16 +15,28 @@
 #include <tuple>
 #include <vector>
 
+#include <stdlib.h>
+
+#include "forwarding_backend.hpp"
 #include "lamina/common.hpp"
 #include "lamina/counter_rng.hpp"
+#include "lamina/io.hpp"
 #include "lamina/native_backend.hpp"
+#include "lamina/net.hpp"
 #include "test_util.hpp"
+#include "update_layouts.hpp"
 
 namespace lamina {
 namespace {
 
 using testing::compare;
+using testing::error_of;
 using testing::random_values;
+
+// The thread pool is created on first use with LAMINA_NUM_THREADS threads, else with the
+// cores OpenBLAS leaves free, which can be none (the loops then run on the calling thread).
+// Three threads unless the environment says otherwise, so the parallel paths are exercised.
+const bool kPoolThreadsSet = setenv("LAMINA_NUM_THREADS", "3", /*overwrite=*/0) == 0;
 
 // actual agrees with expected to tol (normalised error); else the first differences.
 ::testing::AssertionResult matches(const std::vector<float>& actual,
@@ -60,7 +72,7 @@ class NativeBackendTest : public ::testing::Test {
 // Memory
 // ---------------------------------------------------------------------------------------
 
-TEST_F(NativeBackendTest, MemoryIsAlignedAndCopiesWithoutCountingTransfers) {
+TEST_F(NativeBackendTest, MemoryIsAlignedAndCopies) {
   const int64_t n = 1001;
   const size_t bytes = sizeof(float) * n;
   auto* a = static_cast<float*>(backend_.allocate(bytes));
@@ -82,13 +94,36 @@ TEST_F(NativeBackendTest, MemoryIsAlignedAndCopiesWithoutCountingTransfers) {
   backend_.copy_to_host(bytes, b, back.data());
   EXPECT_EQ(back, source);
 
-  EXPECT_EQ(backend_.transfers().to_host, 0);
-  EXPECT_EQ(backend_.transfers().from_host, 0);
-  EXPECT_EQ(backend_.transfers().bytes, 0);
   EXPECT_TRUE(backend_.is_host());
   EXPECT_EQ(backend_.name(), "native");
   backend_.deallocate(a);
   backend_.deallocate(b);
+}
+
+// The test decorator that counts transfers: copies to and from the host and the dot that
+// reads back, never the operations that stay in backend memory.
+TEST(CountingBackend, CountsCopiesAndReadBacksButNotOperations) {
+  NativeBackend native;
+  testing::CountingBackend be(native);
+  EXPECT_EQ(be.name(), "native");
+  const int64_t n = 100;
+  const std::vector<float> x = random_values(n, 1);
+  std::vector<float> a(n), b(n, 1.0f), back(n);
+  float result = 0;
+  be.copy_from_host(sizeof(float) * n, x.data(), a.data());
+  be.axpy(n, 2.0f, a.data(), b.data());
+  be.dot(n, a.data(), b.data(), &result);
+  be.synchronize();
+  EXPECT_EQ(be.transfers().from_host, 1);
+  EXPECT_EQ(be.transfers().to_host, 0);
+  EXPECT_EQ(be.transfers().bytes, int64_t(sizeof(float)) * n);
+
+  be.copy_to_host(sizeof(float) * n, b.data(), back.data());
+  EXPECT_EQ(be.dot(n, a.data(), b.data()), result);
+  EXPECT_EQ(be.transfers().from_host, 1);
+  EXPECT_EQ(be.transfers().to_host, 2);
+  EXPECT_EQ(be.transfers().bytes, int64_t(sizeof(float)) * (2 * n + 1));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(back[i], 2.0f * x[i] + 1.0f) << i;
 }
 
 TEST_F(NativeBackendTest, FillTakesTheParallelPath) {
@@ -105,6 +140,99 @@ TEST_F(NativeBackendTest, AllocationFailureThrowsWithTheByteCount) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(bytes)), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Optional operations
+// ---------------------------------------------------------------------------------------
+
+constexpr Operation kOptional[] = {Operation::kConvolution, Operation::kPooling,
+                                   Operation::kBatchNorm,   Operation::kChannelAffine,
+                                   Operation::kRowCopy,     Operation::kEltwiseMax};
+
+TEST_F(NativeBackendTest, SupportsEveryOptionalOperation) {
+  for (Operation op : kOptional) EXPECT_TRUE(backend_.supports(op)) << operation_name(op);
+}
+
+// What a new backend starts as: memory, BLAS, the MLP operations and the update, nothing else.
+class MinimalBackend final : public testing::CoreForwardingBackend {
+ public:
+  std::string name() const override { return "minimal"; }
+};
+
+TEST(MinimalBackend, OptionalOperationsAreUnsupportedAndThrowNamingBackendAndOperation) {
+  MinimalBackend be;
+  for (Operation op : kOptional) EXPECT_FALSE(be.supports(op)) << operation_name(op);
+  std::vector<float> f(64, 1.0f);
+  std::vector<int32_t> mask(64, 0);
+  float* p = f.data();
+  const ConvGeometry conv{1, 1, 2, 2, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 2, 2};
+  const PoolGeometry pool{1, 1, 2, 2, 1, 1, 1, 1, 0, 0, 2, 2};
+  const std::pair<Operation, std::function<void()>> calls[] = {
+      {Operation::kConvolution, [&] { be.conv_forward(conv, p, p, p, p); }},
+      {Operation::kConvolution, [&] { be.conv_backward_data(conv, p, p, p); }},
+      {Operation::kConvolution, [&] { be.conv_backward_filter(conv, p, p, p, p); }},
+      {Operation::kPooling, [&] { be.pool_forward(PoolMethod::kMax, pool, p, p, mask.data()); }},
+      {Operation::kPooling,
+       [&] { be.pool_backward(PoolMethod::kMax, pool, p, mask.data(), p); }},
+      {Operation::kBatchNorm, [&] { be.channel_moments(1, 2, 2, p, p, p); }},
+      {Operation::kBatchNorm, [&] { be.batch_norm_forward(1, 2, 2, 1e-5f, p, p, p, p, p); }},
+      {Operation::kBatchNorm, [&] { be.batch_norm_backward(1, 2, 2, p, p, p, p); }},
+      {Operation::kChannelAffine, [&] { be.channel_affine(1, 2, 2, p, p, p, p); }},
+      {Operation::kChannelAffine, [&] { be.channel_reduce(1, 2, 2, p, p, p); }},
+      {Operation::kRowCopy, [&] { be.copy_rows(2, 2, p, 2, p + 8, 2); }},
+      {Operation::kEltwiseMax, [&] { be.eltwise_max_forward(4, 1, p, p, mask.data()); }},
+      {Operation::kEltwiseMax, [&] { be.eltwise_max_backward(4, 1, p, mask.data(), p); }},
+  };
+  for (const auto& [op, call] : calls) {
+    const std::string message = error_of(call);
+    EXPECT_NE(message.find("the minimal backend does not implement " +
+                           std::string(operation_name(op))),
+              std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(f, std::vector<float>(64, 1.0f)) << "an unsupported operation wrote its output";
+}
+
+// An MLP needs nothing optional: the same losses and gradients as on Native; a layer that
+// needs an optional operation is refused when the net is built.
+TEST(MinimalBackend, RunsAnMlpAndRefusesALayerNeedingAnOptionalOperation) {
+  const NetParameter mlp = parse_net_parameter(R"(
+    layer { name: "in" type: "Input" top: "x" top: "label"
+            input_param { shape { dim: 8 dim: 5 } shape { dim: 8 } } }
+    layer { name: "fc1" type: "Linear" bottom: "x" top: "h"
+            inner_product_param { num_output: 6 weight_filler { type: "gaussian" std: 0.5 } } }
+    layer { name: "relu" type: "ReLU" bottom: "h" top: "h" }
+    layer { name: "drop" type: "Dropout" bottom: "h" top: "h" }
+    layer { name: "fc2" type: "Linear" bottom: "h" top: "y"
+            inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.5 } } }
+    layer { name: "loss" type: "SoftmaxWithLoss" bottom: "y" bottom: "label" top: "loss" }
+    layer { name: "acc" type: "Accuracy" bottom: "y" bottom: "label" top: "acc" })",
+                                               "mlp.prototxt");
+  const std::vector<float> x = random_values(40, 1);
+  const std::vector<float> labels = {0, 1, 2, 0, 1, 2, 0, 1};
+  auto run = [&](Backend& be) {
+    Net net(mlp, TRAIN, be, 7);
+    net.blob("x").copy_data_from_host(x);
+    net.blob("label").copy_data_from_host(labels);
+    net.arena().zero_diff();
+    net.forward();
+    net.backward();
+    std::vector<float> out = net.arena().to_host(net.arena().diff());  // every gradient
+    out.push_back(net.loss());
+    return out;
+  };
+  NativeBackend native;
+  MinimalBackend minimal;
+  EXPECT_EQ(run(minimal), run(native));
+
+  const NetParameter concat = parse_net_parameter(R"(
+    layer { name: "in" type: "Input" top: "a" top: "b"
+            input_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 4 } } }
+    layer { name: "join" type: "Concat" bottom: "a" bottom: "b" top: "ab" })", "concat.prototxt");
+  const std::string message = error_of([&] { Net net(concat, TRAIN, minimal, 1); });
+  EXPECT_NE(message.find("layer 'join' (Concat) needs strided row copies"), std::string::npos)
+      << message;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -221,14 +349,16 @@ TEST_F(NativeBackendTest, LevelOneOperations) {
     backend_.mul(n, x.data(), y.data(), y.data());  // in place
     EXPECT_MATCH(y, to_float(expected), 1e-6) << "mul in place";
 
-    double dot = 0, dot_abs = 0, asum = 0;
+    double dot = 0, dot_abs = 0;
     for (int64_t i = 0; i < n; ++i) {
       dot += double(x[i]) * y0[i];
       dot_abs += std::abs(double(x[i]) * y0[i]);
-      asum += std::abs(double(x[i]));
     }
-    EXPECT_NEAR(backend_.dot(n, x.data(), y0.data()), dot, 1e-5 * dot_abs) << "dot";
-    EXPECT_NEAR(backend_.asum(n, x.data()), asum, 1e-5 * asum) << "asum";
+    // Accumulated in double and rounded once: within one float rounding of the sum.
+    float result = std::nanf("");
+    backend_.dot(n, x.data(), y0.data(), &result);
+    EXPECT_NEAR(result, dot, 1e-7 * dot_abs) << "dot";
+    EXPECT_EQ(backend_.dot(n, x.data(), y0.data()), result) << "dot to the host";
   }
 }
 
@@ -761,17 +891,48 @@ std::string rule_name(UpdateRule rule) {
   return "?";
 }
 
-TEST_P(UpdateTest, TwoStepsOverTwoSegmentsMatchTheFormulas) {
-  const auto [rule, regularization] = GetParam();
-  // Arena: segment 0 [0, 41), padding [41, 56), segment 1 [56, 93), padding [93, 98).
-  const int64_t n = 98;
-  const std::vector<ParamSegment> segments = {{0, 41, 1.0f, 1.0f}, {56, 37, 2.0f, 0.5f}};
-  auto in_segment = [&](int64_t i) {
+// Segments and their block table in host memory, as NativeBackend::update reads them.
+struct HostLayout {
+  HostLayout(std::vector<ParamSegment> s, int64_t n)
+      : segments(std::move(s)),
+        blocks(block_segments(segments, n)),
+        layout{n, segments.data(), int(segments.size()), blocks.data()} {}
+  HostLayout(const HostLayout&) = delete;
+  bool in_segment(int64_t i) const {
     for (const auto& s : segments) {
       if (i >= s.offset && i < s.offset + s.count) return true;
     }
     return false;
-  };
+  }
+  const std::vector<ParamSegment> segments;
+  const std::vector<int32_t> blocks;
+  const UpdateLayout layout;
+};
+
+TEST(BlockSegments, EachBlockNamesTheSegmentItHoldsOrNone) {
+  // [0, 41), [64, 194) over three blocks, an empty segment, [256, 320), then padding.
+  const std::vector<ParamSegment> segments = {
+      {0, 41, 1, 1}, {64, 130, 1, 1}, {256, 0, 1, 1}, {256, 64, 1, 1}};
+  EXPECT_EQ(block_segments(segments, 448), (std::vector<int32_t>{0, 1, 1, 1, 3, -1, -1}));
+  EXPECT_EQ(block_segments({}, 128), (std::vector<int32_t>{-1, -1}));
+  EXPECT_TRUE(block_segments({}, 0).empty());
+}
+
+TEST(BlockSegmentsDeathTest, ALayoutTheUpdateCannotReadIsAnInternalError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(block_segments({{8, 4, 1, 1}}, 64), "not aligned");           // misaligned
+  EXPECT_DEATH(block_segments({{0, 70, 1, 1}, {64, 4, 1, 1}}, 128), "overlaps");
+  EXPECT_DEATH(block_segments({{64, 4, 1, 1}, {0, 4, 1, 1}}, 128), "precedes");  // unsorted
+  EXPECT_DEATH(block_segments({{64, 65, 1, 1}}, 128), "leaves the arena");
+  EXPECT_DEATH(block_segments({}, 100), "not a multiple");
+}
+
+TEST_P(UpdateTest, TwoStepsOverTwoSegmentsMatchTheFormulas) {
+  const auto [rule, regularization] = GetParam();
+  // Arena: segment 0 [0, 41), padding [41, 64), segment 1 [64, 101), padding [101, 128).
+  const int64_t n = 128;
+  const HostLayout layout({{0, 41, 1.0f, 1.0f}, {64, 37, 2.0f, 0.5f}}, n);
+  const auto in_segment = [&](int64_t i) { return layout.in_segment(i); };
 
   UpdateArgs args;
   args.rule = rule;
@@ -784,7 +945,7 @@ TEST_P(UpdateTest, TwoStepsOverTwoSegmentsMatchTheFormulas) {
   args.grad_scale = 0.5f;
 
   auto w = random_values(n, 28);
-  w[5] = w[60] = 0.0f;  // L1's sign(0) = 0
+  w[5] = w[70] = 0.0f;  // L1's sign(0) = 0
   auto h = random_values(n, 29, 0.01f, 0.5f);  // non-negative: RMSProp/AdaGrad/Adam's v
   auto h2 = random_values(n, 30, 0.01f, 0.5f);
   std::vector<double> w_ref(w.begin(), w.end()), h_ref(h.begin(), h.end()),
@@ -795,9 +956,9 @@ TEST_P(UpdateTest, TwoStepsOverTwoSegmentsMatchTheFormulas) {
     args.step = step;
     const auto g = random_values(n, 30 + step);
     const bool adam = rule == UpdateRule::kAdam || rule == UpdateRule::kAdamW;
-    backend_.update(args, n, segments.data(), static_cast<int>(segments.size()), w.data(),
-                    g.data(), h.data(), adam ? h2.data() : nullptr);
-    for (const auto& s : segments) reference_update(args, s, w_ref, g, h_ref, h2_ref);
+    backend_.update(args, layout.layout, w.data(), g.data(), h.data(),
+                    adam ? h2.data() : nullptr);
+    for (const auto& s : layout.segments) reference_update(args, s, w_ref, g, h_ref, h2_ref);
   }
 
   EXPECT_MATCH(w, to_float(w_ref), 1e-5) << "weights";
@@ -831,8 +992,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A segment longer than the parallel threshold, so the update runs on all threads.
 TEST_F(NativeBackendTest, UpdateOfALargeSegment) {
-  const int64_t n = 100003;
-  const ParamSegment segment{0, n, 1.5f, 2.0f};
+  const int64_t count = 100003, n = 100032;
+  const HostLayout layout({{0, count, 1.5f, 2.0f}}, n);
   UpdateArgs args;
   args.rule = UpdateRule::kNesterov;
   args.lr = 0.1f;
@@ -842,10 +1003,48 @@ TEST_F(NativeBackendTest, UpdateOfALargeSegment) {
   auto h = random_values(n, 41);
   const auto g = random_values(n, 42);
   std::vector<double> w_ref(w.begin(), w.end()), h_ref(h.begin(), h.end()), unused;
-  backend_.update(args, n, &segment, 1, w.data(), g.data(), h.data(), nullptr);
-  reference_update(args, segment, w_ref, g, h_ref, unused);
+  backend_.update(args, layout.layout, w.data(), g.data(), h.data(), nullptr);
+  reference_update(args, layout.segments[0], w_ref, g, h_ref, unused);
   EXPECT_MATCH(w, to_float(w_ref), 1e-5);
   EXPECT_MATCH(h, to_float(h_ref), 1e-5);
+}
+
+// 320 parameters of varied sizes (under one block, several blocks, empty; gaps of padding
+// blocks), with the arena large enough that the pool's ranges split segments and padding:
+// every element of every segment moves as the formulas say, with its segment's multipliers,
+// and no padding element changes.
+TEST_F(NativeBackendTest, UpdateOfManySegmentsInOnePass) {
+  const std::vector<ParamSegment> segments = testing::varied_segments(320, 150, 4000, 43);
+  const int64_t n = testing::arena_size(segments);
+  ASSERT_GT(n, int64_t{1} << 16);
+  const HostLayout layout(segments, n);
+  for (UpdateRule rule : {UpdateRule::kSGD, UpdateRule::kAdam}) {
+    SCOPED_TRACE(rule_name(rule));
+    UpdateArgs args;
+    args.rule = rule;
+    args.lr = 0.05f;
+    args.momentum = 0.9f;
+    args.weight_decay = 0.01f;
+    args.step = 3;
+    auto w = random_values(n, 44);
+    auto h = random_values(n, 45, 0.01f, 0.5f);
+    auto h2 = random_values(n, 46, 0.01f, 0.5f);
+    const auto g = random_values(n, 47);
+    const auto w0 = w, h0 = h, h20 = h2;
+    std::vector<double> w_ref(w.begin(), w.end()), h_ref(h.begin(), h.end()),
+        h2_ref(h2.begin(), h2.end());
+    backend_.update(args, layout.layout, w.data(), g.data(), h.data(), h2.data());
+    for (const auto& s : segments) reference_update(args, s, w_ref, g, h_ref, h2_ref);
+    EXPECT_MATCH(w, to_float(w_ref), 1e-5) << "weights";
+    EXPECT_MATCH(h, to_float(h_ref), 1e-5) << "history";
+    EXPECT_MATCH(h2, to_float(h2_ref), 1e-5) << "history2";
+    for (int64_t i = 0; i < n; ++i) {
+      if (layout.in_segment(i)) continue;
+      ASSERT_EQ(w[i], w0[i]) << "padding weight " << i << " changed";
+      ASSERT_EQ(h[i], h0[i]) << "padding history " << i << " changed";
+      ASSERT_EQ(h2[i], h20[i]) << "padding history2 " << i << " changed";
+    }
+  }
 }
 
 }  // namespace

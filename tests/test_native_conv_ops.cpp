@@ -452,6 +452,50 @@ TEST_F(NativeConvOpsTest, BatchNormForwardAndBackwardMatchTheFormulas) {
   EXPECT_EQ(inplace, dx);
 }
 
+// Running statistics: the sums divided by the factor (in double, rounded once), then the
+// same normalisation; a factor of 0 (no update yet) gives Caffe's zero estimates.
+TEST_F(NativeConvOpsTest, BatchNormInferenceDividesTheRunningSumsByTheFactor) {
+  const int64_t outer = 3, channels = 4, inner = 7, n = outer * channels * inner;
+  const float eps = 1e-5f;
+  const auto x = random_values(n, 35, -2, 3);
+  const auto mean_sum = random_values(channels, 36, -5, 5);
+  const auto var_sum = random_values(channels, 37, 0.5f, 9);
+  for (float factor : {9.99f, 1.0f, 0.0f}) {
+    SCOPED_TRACE(::testing::Message() << "factor " << factor);
+    std::vector<float> y(n, kGarbage), mean(channels, kGarbage), inv_std(channels, kGarbage);
+    backend_.batch_norm_inference(outer, channels, inner, eps, x.data(), mean_sum.data(),
+                                  var_sum.data(), &factor, y.data(), mean.data(),
+                                  inv_std.data());
+    std::vector<double> mean_ref(channels), inv_ref(channels), y_ref(n);
+    for (int64_t c = 0; c < channels; ++c) {
+      mean_ref[c] = factor == 0 ? 0.0 : mean_sum[c] / double(factor);
+      const double var = factor == 0 ? 0.0 : var_sum[c] / double(factor);
+      inv_ref[c] = 1.0 / std::sqrt(var + eps);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = (i / inner) % channels;
+      y_ref[i] = (double(x[i]) - mean_ref[c]) * inv_ref[c];
+    }
+    EXPECT_MATCH(mean, to_float(mean_ref), 1e-7);
+    EXPECT_MATCH(inv_std, to_float(inv_ref), 1e-7);
+    EXPECT_MATCH(y, to_float(y_ref), 1e-6);
+
+    // The same as batch_norm_forward with the quotients as its statistics, and in place.
+    std::vector<float> var(channels), y2(n), inv2(channels);
+    for (int64_t c = 0; c < channels; ++c)
+      var[c] = factor == 0 ? 0.0f : static_cast<float>(var_sum[c] / double(factor));
+    backend_.batch_norm_forward(outer, channels, inner, eps, x.data(), mean.data(), var.data(),
+                                y2.data(), inv2.data());
+    EXPECT_EQ(y, y2);
+    EXPECT_EQ(inv_std, inv2);
+    std::vector<float> inplace = x;
+    backend_.batch_norm_inference(outer, channels, inner, eps, inplace.data(), mean_sum.data(),
+                                  var_sum.data(), &factor, inplace.data(), mean.data(),
+                                  inv_std.data());
+    EXPECT_EQ(inplace, y);
+  }
+}
+
 // batch_norm_backward is the gradient of sum(dy * y(x)) through channel_moments and
 // batch_norm_forward: central differences of that loss, in float, step 1e-2.
 TEST_F(NativeConvOpsTest, BatchNormBackwardIsTheGradientThroughTheBatchStatistics) {
@@ -535,32 +579,29 @@ TEST_F(NativeConvOpsTest, ChannelReduceAccumulatesWithAndWithoutB) {
 // Row copies, element-wise max
 // ---------------------------------------------------------------------------------------
 
-TEST_F(NativeConvOpsTest, CopyRowsWithStridesAndAccumulate) {
+TEST_F(NativeConvOpsTest, CopyRowsWithStrides) {
   const int64_t rows = 5, cols = 7, src_stride = 11, dst_stride = 13, offset = 3;
   const auto src = random_values(rows * src_stride, 51);
   const auto start = random_values(rows * dst_stride + offset, 52);
-  for (bool accumulate : {false, true}) {
-    std::vector<float> expected = start;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < cols; ++j) {
-        float& e = expected[offset + r * dst_stride + j];
-        e = accumulate ? e + src[r * src_stride + j] : src[r * src_stride + j];
-      }
+  std::vector<float> expected = start;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) {
+      expected[offset + r * dst_stride + j] = src[r * src_stride + j];
     }
-    std::vector<float> dst = start;
-    backend_.copy_rows(rows, cols, src.data(), src_stride, dst.data() + offset, dst_stride,
-                       accumulate);
-    EXPECT_EQ(dst, expected) << "accumulate: " << accumulate;
   }
+  std::vector<float> dst = start;
+  backend_.copy_rows(rows, cols, src.data(), src_stride, dst.data() + offset, dst_stride);
+  EXPECT_EQ(dst, expected);
 }
 
 TEST_F(NativeConvOpsTest, CopyRowsOfALargeArray) {
   const int64_t rows = 300, cols = 257, src_stride = 300, dst_stride = 1000;
   const auto src = random_values(rows * src_stride, 53);
   std::vector<float> dst(rows * dst_stride, 1.0f);
-  backend_.copy_rows(rows, cols, src.data(), src_stride, dst.data() + 500, dst_stride, true);
+  backend_.copy_rows(rows, cols, src.data(), src_stride, dst.data() + 500, dst_stride);
   for (int64_t r = 0; r < rows; ++r) {
-    ASSERT_EQ(dst[500 + r * dst_stride + cols - 1], 1.0f + src[r * src_stride + cols - 1]);
+    ASSERT_EQ(dst[500 + r * dst_stride], src[r * src_stride]);
+    ASSERT_EQ(dst[500 + r * dst_stride + cols - 1], src[r * src_stride + cols - 1]);
     ASSERT_EQ(dst[500 + r * dst_stride + cols], 1.0f);
   }
 }

@@ -43,14 +43,20 @@ TEST(ParamArena, LaysParametersOutOnBlockBoundaries) {
   // Weights and gradients start zeroed, padding included.
   EXPECT_EQ(arena.to_host(arena.data()), std::vector<float>(192, 0.0f));
   EXPECT_EQ(arena.to_host(arena.diff()), std::vector<float>(192, 0.0f));
-  // The update's segment table mirrors the parameter table.
-  ASSERT_EQ(arena.num_segments(), 3);
+  // The update's layout: the segment table mirrors the parameter table, and the block
+  // table names each 64-float block's parameter.
+  const UpdateLayout& layout = arena.layout();
+  EXPECT_EQ(layout.n, 192);
+  ASSERT_EQ(layout.num_segments, 3);
   std::vector<ParamSegment> segments(3);
-  backend.copy_to_host(sizeof(ParamSegment) * 3, arena.segments(), segments.data());
+  backend.copy_to_host(sizeof(ParamSegment) * 3, layout.segments, segments.data());
   EXPECT_EQ(segments[2].offset, 128);
   EXPECT_EQ(segments[2].count, 64);
   EXPECT_EQ(segments[2].lr_mult, 2.0f);
   EXPECT_EQ(segments[2].decay_mult, 0.0f);
+  std::vector<int32_t> blocks(3);
+  backend.copy_to_host(sizeof(int32_t) * 3, layout.block_segment, blocks.data());
+  EXPECT_EQ(blocks, (std::vector<int32_t>{0, 1, 2}));
 }
 
 TEST(ParamArena, OptimizerStateHasTheArenasLayoutAndStaysUntilTheCountChanges) {

@@ -28,8 +28,12 @@ expect_error "unknown solver field" "malformed_solver.prototxt:3:.*max_iteration
   "$lamina" train --solver malformed_solver.prototxt
 expect_error "unknown layer type" "unknown_layer_net.prototxt:3:.*unknown type 'Convolutionn'.*Known types:" \
   "$lamina" train --solver unknown_layer_solver.prototxt
-expect_error "GPU that does not exist" "lamina: error: .*GPU\|lamina: error: .*device" \
+expect_error "GPU that does not exist" \
+  "lamina: error: GPU 7 was requested, but .* (--gpu -1 trains on the CPU)$" \
   "$lamina" train --solver unknown_layer_solver.prototxt --gpu 7
+expect_error "lamina time: GPU that does not exist" \
+  "lamina: error: GPU 7 was requested, but .* (--gpu -1 trains on the CPU)$" \
+  "$lamina" time --model input_net.prototxt --gpu 7 --iterations 1
 
 expect_error "device_id without solver_mode GPU" "device_id is set but solver_mode is CPU" \
   "$lamina" train --solver cpu_device_id_solver.prototxt

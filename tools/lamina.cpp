@@ -121,9 +121,24 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// The backend a --gpu value asks for (nullptr: none given), made by `make`; a GPU that cannot
+// be used is an Error that also says how this tool picks the CPU.
+template <class Make>
+std::unique_ptr<lamina::Backend> backend_with_cpu_hint(const std::string& gpu, Make make) {
+  const std::string spec = gpu.empty() ? "" : lamina::backend_spec_from_gpu(gpu);
+  try {
+    return make(spec);
+  } catch (const lamina::Error& e) {
+    if (spec.empty() || spec == "cpu") throw;
+    throw lamina::Error(std::string(e.what()) + " (--gpu -1 trains on the CPU)");
+  }
+}
+
 // The backend of `lamina test` and `lamina time`: --gpu N, or the CPU (also --gpu -1).
 std::unique_ptr<lamina::Backend> backend_for(const std::string& gpu) {
-  return lamina::make_backend(gpu.empty() ? "cpu" : lamina::backend_spec_from_gpu(gpu));
+  return backend_with_cpu_hint(gpu, [](const std::string& spec) {
+    return lamina::make_backend(spec.empty() ? "cpu" : spec);
+  });
 }
 
 // Runs fn; an Error it throws is thrown again with `context` in front ("TEST net of m: ...").
@@ -216,8 +231,9 @@ int train(const TrainOptions& o) {
                                std::filesystem::path(o.solver_path).stem()).string());
   }
   // --gpu wins over the solver's solver_mode and device_id.
-  auto backend = lamina::make_solver_backend(
-      param, o.gpu.empty() ? "" : lamina::backend_spec_from_gpu(o.gpu));
+  auto backend = backend_with_cpu_hint(o.gpu, [&](const std::string& spec) {
+    return lamina::make_solver_backend(param, spec);
+  });
   std::cout << "Training on " << backend->name() << std::endl;
   auto solver = lamina::Solver::create(param, o.solver_path, *backend);
   if (!o.snapshot.empty()) {

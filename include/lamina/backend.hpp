@@ -3,7 +3,7 @@
 // Layers are written once against this interface; NativeBackend (OpenBLAS, host memory) and
 // CudaBackend (cuBLAS, cuDNN, Lamina's kernels, device memory) implement it. All pointers
 // are in the backend's own memory unless the parameter name says host. Operations are
-// asynchronous on devices: only copy_to_host, dot, asum and synchronize wait for the device.
+// asynchronous on devices: only copy_to_host, dot and synchronize wait for the device.
 // Matrices are row-major. Scalars a kernel needs from a previous kernel (a loss, its
 // normaliser) stay in device memory and are passed as pointers, never read back.
 #pragma once
@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lamina {
 
@@ -33,6 +34,22 @@ struct ParamSegment {
   float lr_mult;
   float decay_mult;
 };
+
+constexpr int64_t kArenaBlock = 64;  // floats; every parameter starts on a block boundary
+
+// The parameter arena as the fused update reads it; all pointers in backend memory.
+struct UpdateLayout {
+  int64_t n = 0;                            // floats in the arena, a multiple of kArenaBlock
+  const ParamSegment* segments = nullptr;   // num_segments entries
+  int num_segments = 0;
+  const int32_t* block_segment = nullptr;   // n / kArenaBlock entries: the segment whose
+                                            // elements block b holds, -1 for padding only
+};
+
+// The block table of segments laid out on kArenaBlock boundaries in an arena of n floats
+// (src/core/update_layout.cpp). The segments must be sorted by offset, each starting on a
+// block boundary, without overlap, inside the arena: the caller lays them out (CHECKed).
+std::vector<int32_t> block_segments(const std::vector<ParamSegment>& segments, int64_t n);
 
 enum class UpdateRule { kSGD, kNesterov, kAdam, kAdamW, kRMSProp, kAdaGrad };
 enum class Regularization { kL2, kL1 };
@@ -72,8 +89,9 @@ struct PoolGeometry {
   int64_t out_h, out_w;
 };
 
-// Operations a layer may need beyond the core set; the net asks supports() when it is built.
-enum class Operation { kConvolution, kPooling, kBatchNorm, kChannelAffine, kEltwiseMax };
+// The optional groups of operations (the convolutional section below); a layer lists those it
+// needs (Layer::operations()) and the net asks supports() when it is built.
+enum class Operation { kConvolution, kPooling, kBatchNorm, kChannelAffine, kRowCopy, kEltwiseMax };
 
 inline const char* operation_name(Operation op) {
   switch (op) {
@@ -81,17 +99,11 @@ inline const char* operation_name(Operation op) {
     case Operation::kPooling: return "pooling";
     case Operation::kBatchNorm: return "batch normalisation";
     case Operation::kChannelAffine: return "per-channel affine";
+    case Operation::kRowCopy: return "strided row copies";
     case Operation::kEltwiseMax: return "element-wise max";
   }
   return "unknown";
 }
-
-// Host/device copies made by a backend; a steady-state training iteration makes none.
-struct TransferStats {
-  int64_t to_host = 0;
-  int64_t from_host = 0;
-  int64_t bytes = 0;
-};
 
 class Backend {
  public:
@@ -108,7 +120,6 @@ class Backend {
   virtual void zero(size_t bytes, void* p) = 0;
   virtual void fill(int64_t n, float value, float* x) = 0;
   virtual void synchronize() = 0;
-  const TransferStats& transfers() const { return transfers_; }
 
   // ---- BLAS, float32, row-major ----
   // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C
@@ -122,8 +133,11 @@ class Backend {
                      float* y) = 0;                                          // y = a x + b y
   virtual void scal(int64_t n, float alpha, float* x) = 0;
   virtual void mul(int64_t n, const float* a, const float* b, float* y) = 0;  // y = a * b
-  virtual float dot(int64_t n, const float* x, const float* y) = 0;          // waits
-  virtual float asum(int64_t n, const float* x) = 0;                         // waits
+  // result[0] = x . y, accumulated in double and rounded once; result is in this backend's
+  // memory (no wait).
+  virtual void dot(int64_t n, const float* x, const float* y, float* result) = 0;
+  // The same dot product returned to the host: waits. For gradient clipping's norm.
+  virtual float dot(int64_t n, const float* x, const float* y) = 0;
 
   // ---- neural-network operations ----
   // Labels are class indices stored as floats (the integer part counts), in [0, cols)
@@ -178,64 +192,78 @@ class Backend {
                            const int32_t* order, int64_t order_len, int64_t start, float scale,
                            float* dst) = 0;
 
-  // ---- convolutional networks ----
+  // ---- convolutional networks: optional ----
+  // Each group is optional: a backend says which it implements in supports(), and the
+  // defaults here throw an Error naming the backend and the operation. A new backend needs
+  // only the sections above and the solver update.
   // Arrays viewed as (outer, channels, inner) are per-channel along the middle axis.
-  // y = conv(x, weight) + bias (bias may be null). Written with =.
+  // kConvolution. y = conv(x, weight) + bias (bias may be null). Written with =.
   virtual void conv_forward(const ConvGeometry& g, const float* x, const float* weight,
-                            const float* bias, float* y) = 0;
+                            const float* bias, float* y);
   // dx = the gradient w.r.t. x, written with =.
   virtual void conv_backward_data(const ConvGeometry& g, const float* weight, const float* dy,
-                                  float* dx) = 0;
+                                  float* dx);
   // dweight += the gradient w.r.t. weight; dbias += the sum of dy per output channel (dbias
   // may be null).
   virtual void conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
-                                    float* dweight, float* dbias) = 0;
-  // Max: y = the window's maximum (the first one in row-major order on ties), mask = its
-  // index h * w + col within the input plane. Average: mask is unused (may be null).
+                                    float* dweight, float* dbias);
+  // kPooling. Max: y = the window's maximum (the first one in row-major order on ties),
+  // mask = its index h * w + col within the input plane. Average: mask is unused (may be null).
   virtual void pool_forward(PoolMethod method, const PoolGeometry& g, const float* x, float* y,
-                            int32_t* mask) = 0;
+                            int32_t* mask);
   // dx = the gradient w.r.t. x, written with =: max routes dy to the arg-max, average
   // spreads it over the window.
   virtual void pool_backward(PoolMethod method, const PoolGeometry& g, const float* dy,
-                             const int32_t* mask, float* dx) = 0;
-  // Batch statistics of x (outer, channels, inner): mean[c], and var[c] = the biased
-  // variance (divided by outer * inner), both accumulated in double.
+                             const int32_t* mask, float* dx);
+  // kBatchNorm. Batch statistics of x (outer, channels, inner): mean[c], and var[c] = the
+  // biased variance (divided by outer * inner), both accumulated in double.
   virtual void channel_moments(int64_t outer, int64_t channels, int64_t inner, const float* x,
-                               float* mean, float* var) = 0;
+                               float* mean, float* var);
   // y = (x - mean[c]) * inv_std[c] with inv_std[c] = 1 / sqrt(var[c] + eps), also written.
   virtual void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                                   const float* x, const float* mean, const float* var,
-                                  float* y, float* inv_std) = 0;
+                                  float* y, float* inv_std);
+  // With running statistics kept as Caffe keeps them (sums and a factor, factor[0] in this
+  // backend's memory): mean[c] = mean_sum[c] / factor[0] and v = var_sum[c] / factor[0],
+  // each divided in double and rounded once (0 when factor[0] is 0, as in Caffe), then as
+  // batch_norm_forward with inv_std[c] = 1 / sqrt(v + eps). Writes y, mean and inv_std.
+  virtual void batch_norm_inference(int64_t outer, int64_t channels, int64_t inner, float eps,
+                                    const float* x, const float* mean_sum,
+                                    const float* var_sum, const float* factor, float* y,
+                                    float* mean, float* inv_std);
   // Through batch statistics: with y the normalised output and m = outer * inner,
   // dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)).
   virtual void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,
                                    const float* y, const float* dy, const float* inv_std,
-                                   float* dx) = 0;
-  // y = x * scale[c] + bias[c]; a null scale means 1, a null bias 0. Works in place.
+                                   float* dx);
+  // kChannelAffine. y = x * scale[c] + bias[c]; a null scale means 1, a null bias 0. Works
+  // in place.
   virtual void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,
-                              const float* scale, const float* bias, float* y) = 0;
+                              const float* scale, const float* bias, float* y);
   // out[c] += sum over outer and inner of a * b (b null: of a). Scale and bias gradients.
   virtual void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
-                              const float* b, float* out) = 0;
-  // Row r of dst (rows, cols) at dst + r * dst_stride = row r of src at src + r * src_stride;
-  // with accumulate, dst += src. Concat's forward, and with the roles swapped its backward.
+                              const float* b, float* out);
+  // kRowCopy. Row r of dst (rows, cols) at dst + r * dst_stride = row r of src at
+  // src + r * src_stride. Concat's forward, and with the roles swapped its backward.
   virtual void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
-                         float* dst, int64_t dst_stride, bool accumulate) = 0;
-  // Eltwise max over several inputs, one at a time: for input index > 0, where x > y,
-  // y = x and mask = index (index 0: y = x, mask = 0).
+                         float* dst, int64_t dst_stride);
+  // kEltwiseMax. Eltwise max over several inputs, one at a time: for input index > 0, where
+  // x > y, y = x and mask = index (index 0: y = x, mask = 0).
   virtual void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
-                                   int32_t* mask) = 0;
+                                   int32_t* mask);
   // dx = mask == index ? dy : 0.
   virtual void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
-                                    float* dx) = 0;
-  // Whether this backend implements an optional operation; the net asks when it is built.
-  virtual bool supports(Operation) const { return true; }
+                                    float* dx);
+  // Whether this backend implements a group of optional operations (default: none).
+  virtual bool supports(Operation) const { return false; }
 
   // ---- solver ----
   // One fused pass over the parameter arena: regularisation, lr_mult/decay_mult per segment,
   // the rule's history update and the weight step. weights, grads, history and history2 each
-  // hold the arena's n floats; segments (in this backend's memory) list the parameters.
-  // Elements outside every segment (alignment padding) are left untouched. Per element, with
+  // hold the arena's layout.n floats; each element finds its segment through the block table
+  // (layout.block_segment[i / kArenaBlock]), so the pass costs the same however many
+  // parameters there are. Elements outside every segment (padding) are left untouched.
+  // Adam's bias correction is computed once per call, in double. Per element, with
   // lr_i = lr * lr_mult, decay_i = weight_decay * decay_mult, reg(w) = w (L2) or sign(w)
   // (L1, sign(0) = 0), and g' = grad_scale * g + decay_i * reg(w):
   //   SGD:      h = momentum h + lr_i g';  w -= h                       (Caffe's form)
@@ -248,12 +276,12 @@ class Backend {
   //   RMSProp:  h = momentum2 h + (1 - momentum2) g'^2;  w -= lr_i g' / (sqrt(h) + delta)
   //   AdaGrad:  h += g'^2;  w -= lr_i g' / (sqrt(h) + delta)
   // history2 is used by Adam and AdamW only (may be null otherwise).
-  virtual void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
-                      int num_segments, float* weights, const float* grads, float* history,
-                      float* history2) = 0;
+  virtual void update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
+                      const float* grads, float* history, float* history2) = 0;
 
  protected:
-  TransferStats transfers_;
+  // Throws the Error of an optional operation this backend does not implement.
+  [[noreturn]] void unsupported(Operation op, const char* function) const;
 };
 
 }  // namespace lamina

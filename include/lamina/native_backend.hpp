@@ -27,8 +27,8 @@ class NativeBackend final : public Backend {
   void axpby(int64_t n, float alpha, const float* x, float beta, float* y) override;
   void scal(int64_t n, float alpha, float* x) override;
   void mul(int64_t n, const float* a, const float* b, float* y) override;
+  void dot(int64_t n, const float* x, const float* y, float* result) override;
   float dot(int64_t n, const float* x, const float* y) override;
-  float asum(int64_t n, const float* x) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;
@@ -75,6 +75,9 @@ class NativeBackend final : public Backend {
   void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                           const float* x, const float* mean, const float* var, float* y,
                           float* inv_std) override;
+  void batch_norm_inference(int64_t outer, int64_t channels, int64_t inner, float eps,
+                            const float* x, const float* mean_sum, const float* var_sum,
+                            const float* factor, float* y, float* mean, float* inv_std) override;
   void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner, const float* y,
                            const float* dy, const float* inv_std, float* dx) override;
   void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,
@@ -82,15 +85,15 @@ class NativeBackend final : public Backend {
   void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
                       const float* b, float* out) override;
   void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
-                 int64_t dst_stride, bool accumulate) override;
+                 int64_t dst_stride) override;
   void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
                            int32_t* mask) override;
   void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
                             float* dx) override;
+  bool supports(Operation) const override { return true; }  // every optional operation
 
-  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
-              int num_segments, float* weights, const float* grads, float* history,
-              float* history2) override;
+  void update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
+              const float* grads, float* history, float* history2) override;
 };
 
 }  // namespace lamina

@@ -12,7 +12,8 @@
 //     snapshots, the fused update and a test net sharing the weights all read it.
 //   - A net builds its arena; a test net shares its training net's arena through the
 //     shared_ptr handle, so it evaluates exactly the weights being trained.
-//   - The segment table the fused update reads lives in backend memory, uploaded once.
+//   - The update's layout (the segment table and the block table, backend.hpp's
+//     UpdateLayout) lives in backend memory, uploaded once.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +26,6 @@
 #include "lamina/tensor.hpp"
 
 namespace lamina {
-
-constexpr int64_t kParamAlignment = 64;  // floats: every parameter starts on 256 bytes
 
 struct ParamInfo {
   std::string name;   // "<layer>/<role>" or the shared name from param { name }
@@ -65,10 +64,9 @@ class ParamArena {
   float* state(int k);
   const float* state(int k) const;
 
-  // The segment table of the fused update (offset, count, lr_mult, decay_mult per
-  // parameter), in backend memory.
-  const ParamSegment* segments() const { return segments_.as<ParamSegment>(); }
-  int num_segments() const { return int(table_.size()); }
+  // The arena as the fused update reads it: the segment table (offset, count, lr_mult,
+  // decay_mult per parameter) and the block table, in backend memory.
+  const UpdateLayout& layout() const { return layout_; }
 
   // Whole-array copies between an array of this arena (data(), diff(), state(k)) and the
   // host: snapshots, diagnosis and tests. to_host waits for the device.
@@ -82,7 +80,8 @@ class ParamArena {
   Buffer data_;
   Buffer diff_;
   std::vector<Buffer> state_;
-  Buffer segments_;
+  Buffer segments_;  // the segment table, then the block table
+  UpdateLayout layout_;
 };
 
 }  // namespace lamina

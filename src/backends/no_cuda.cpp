@@ -10,7 +10,7 @@ int cuda_device_count() { return 0; }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   fail("GPU ", device, " was requested, but this Lamina was built without CUDA. Train on the "
-       "CPU by leaving out --gpu, or rebuild with the CUDA toolkit installed "
+       "CPU (backend \"cpu\"), or rebuild with the CUDA toolkit installed "
        "(cmake -DLAMINA_USE_CUDA=ON).");
 }
 

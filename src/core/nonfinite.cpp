@@ -3,6 +3,7 @@
 // message that says what diverged and what to change.
 #include <glog/logging.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "lamina/net.hpp"
@@ -35,6 +36,12 @@ std::string nonfinite_values(const std::vector<float>& values) {
 }
 
 }  // namespace
+
+int64_t first_nonfinite(const float* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i])) return i;
+  return -1;
+}
 
 std::string Net::find_nonfinite() {
   auto layer_named = [&](int i) {

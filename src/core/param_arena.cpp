@@ -16,7 +16,7 @@ ParamArena::ParamArena(Backend& backend, std::vector<ParamInfo> table)
   for (ParamInfo& info : table_) {
     CHECK(names.insert(info.name).second) << "parameter '" << info.name << "' appears twice";
     info.count = shape_count(info.shape);
-    const int64_t padded = (info.count + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
+    const int64_t padded = (info.count + kArenaBlock - 1) / kArenaBlock * kArenaBlock;
     LAMINA_REQUIRE(count_ <= kMaxElements - padded, "layer '", info.layer, "': parameter '",
                    info.name, "' ", shape_string(info.shape), " makes the parameters exceed ",
                    kMaxElements, " values in all");
@@ -44,10 +44,17 @@ ParamArena::ParamArena(Backend& backend, std::vector<ParamInfo> table)
   std::vector<ParamSegment> segments;
   for (const ParamInfo& info : table_)
     segments.push_back({info.offset, info.count, info.lr_mult, info.decay_mult});
-  segments_ = Buffer(backend_, sizeof(ParamSegment) * segments.size());
-  if (!segments.empty())
-    backend_.copy_from_host(sizeof(ParamSegment) * segments.size(), segments.data(),
-                            segments_.get());
+  const std::vector<int32_t> blocks = block_segments(segments, count_);
+  const size_t segment_bytes = sizeof(ParamSegment) * segments.size();
+  segments_ = Buffer(backend_, segment_bytes + sizeof(int32_t) * blocks.size());
+  if (!segments.empty()) {
+    backend_.copy_from_host(segment_bytes, segments.data(), segments_.get());
+    backend_.copy_from_host(sizeof(int32_t) * blocks.size(), blocks.data(),
+                            static_cast<char*>(segments_.get()) + segment_bytes);
+  }
+  const ParamSegment* seg_table = segments_.as<ParamSegment>();
+  layout_ = UpdateLayout{count_, seg_table, int(segments.size()),
+                         reinterpret_cast<const int32_t*>(seg_table + segments.size())};
 }
 
 const ParamInfo* ParamArena::find(const std::string& name) const {

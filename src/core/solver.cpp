@@ -173,8 +173,7 @@ void Solver::step(int iters) {
     if (display && n > 0) {
       // weights . gradients is NaN or infinite when any weight or gradient is (x * NaN,
       // inf * 0, inf * x all are); it can also overflow, which check_finite tells apart.
-      backend_.gemv(Transpose::kNo, 1, n, 1.0f, arena.data(), arena.diff(), 0.0f,
-                    loss_ring_.as<float>() + average);
+      backend_.dot(n, arena.data(), arena.diff(), loss_ring_.as<float>() + average);
     }
     if (check) read_ring();
     if (display) {
@@ -239,8 +238,8 @@ void Solver::apply_update() {
       VLOG(1) << "clipping gradients: norm " << norm << " > " << param_.clip_gradients();
     }
   }
-  backend_.update(args_, n, arena.segments(), arena.num_segments(), arena.data(), arena.diff(),
-                  arena.state(0), arena.num_state() > 1 ? arena.state(1) : nullptr);
+  backend_.update(args_, arena.layout(), arena.data(), arena.diff(), arena.state(0),
+                  arena.num_state() > 1 ? arena.state(1) : nullptr);
 }
 
 TestResult Solver::test() {

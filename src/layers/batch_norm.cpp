@@ -17,11 +17,8 @@
 // shares the TRAIN net's weights reads them. Their lr_mult is forced to 0 as in Caffe (param
 // blocks may restate lr_mult: 0; any other value is an error); the solver never moves them.
 //
-// The division by the factor stays on the device (no read-back): with v = (2^20 factor)^2,
-// batch_norm_forward's inv_std = 1/sqrt(v + 1) times 2^20 is 1/factor. Powers of two scale
-// exactly, and for any trained factor (>= 1) the added 1 is below the rounding of v, so this
-// is 1/factor to float precision; for factor 0 it is 2^20, which multiplies sums that are
-// still 0, giving Caffe's zero estimates.
+// With the running statistics, batch_norm_inference divides the sums by the factor on the
+// device (no read-back).
 // Works in place. The normalised output is kept (y_) because a later in-place layer (Scale,
 // ReLU) overwrites the top that the backward pass through batch statistics needs.
 #include <memory>
@@ -31,8 +28,6 @@
 
 namespace lamina {
 namespace {
-
-constexpr float kTwo20 = 1048576.0f;  // 2^20
 
 class BatchNormLayer : public Layer {
  public:
@@ -75,17 +70,18 @@ class BatchNormLayer : public Layer {
     mean_ = std::make_unique<Tensor>(backend_, Shape{c_}, name() + "/batch_mean");
     var_ = std::make_unique<Tensor>(backend_, Shape{c_}, name() + "/batch_var");
     inv_std_ = std::make_unique<Tensor>(backend_, Shape{c_}, name() + "/inv_std");
-    scalars_ = std::make_unique<Tensor>(backend_, Shape{4}, name() + "/scalars");
-    backend_.fill(1, 1.0f, scalars_->mutable_data());  // [0] = 1; [1..3] scratch
+    one_ = std::make_unique<Tensor>(backend_, Shape{1}, name() + "/one");
+    backend_.fill(1, 1.0f, one_->mutable_data());
     if (!global_) y_ = std::make_unique<Tensor>(backend_, x.shape(), name() + "/normalised");
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     const float* x = bottom[0]->data();
     if (global_) {
-      running_estimates();
-      backend_.batch_norm_forward(n_, c_, s_, eps_, x, mean_->data(), var_->data(),
-                                  top[0]->mutable_data(), inv_std_->mutable_data());
+      backend_.batch_norm_inference(n_, c_, s_, eps_, x, params_[0].tensor->data(),
+                                    params_[1].tensor->data(), params_[2].tensor->data(),
+                                    top[0]->mutable_data(), mean_->mutable_data(),
+                                    inv_std_->mutable_data());
       return;
     }
     backend_.channel_moments(n_, c_, s_, x, mean_->mutable_data(), var_->mutable_data());
@@ -95,7 +91,7 @@ class BatchNormLayer : public Layer {
     // Caffe's running sums; m/(m-1) makes the accumulated variance unbiased.
     const int64_t m = n_ * s_;
     const float unbias = m > 1 ? float(double(m) / double(m - 1)) : 1.0f;
-    backend_.axpby(1, 1.0f, scalars_->data(), maf_, params_[2].tensor->mutable_data());
+    backend_.axpby(1, 1.0f, one_->data(), maf_, params_[2].tensor->mutable_data());
     backend_.axpby(c_, 1.0f, mean_->data(), maf_, params_[0].tensor->mutable_data());
     backend_.axpby(c_, unbias, var_->data(), maf_, params_[1].tensor->mutable_data());
   }
@@ -113,28 +109,12 @@ class BatchNormLayer : public Layer {
   }
 
  private:
-  // mean_ = mean_sum / factor, var_ = var_sum / factor, on the device (see the file comment).
-  void running_estimates() {
-    const float* factor = params_[2].tensor->data();
-    float* square = scalars_->mutable_data() + 1;
-    float* recip = square + 1;
-    float* unused = recip + 1;
-    backend_.mul(1, factor, factor, square);
-    backend_.scal(1, kTwo20 * kTwo20, square);
-    backend_.batch_norm_forward(1, 1, 1, 1.0f, factor, factor, square, unused, recip);
-    backend_.scal(1, kTwo20, recip);
-    backend_.channel_affine(1, 1, c_, params_[0].tensor->data(), recip, nullptr,
-                            mean_->mutable_data());
-    backend_.channel_affine(1, 1, c_, params_[1].tensor->data(), recip, nullptr,
-                            var_->mutable_data());
-  }
-
   bool global_ = false;
   float maf_ = 0.999f, eps_ = 1e-5f;
   int64_t n_ = 0, c_ = 0, s_ = 0;
-  std::unique_ptr<Tensor> mean_, var_;  // (C) the statistics in use: the batch's or running
+  std::unique_ptr<Tensor> mean_, var_;  // (C) the batch statistics; the running mean in TEST
   std::unique_ptr<Tensor> inv_std_;     // (C) 1 / sqrt(var + eps)
-  std::unique_ptr<Tensor> scalars_;     // (4) [0] = 1 (the factor's increment), then scratch
+  std::unique_ptr<Tensor> one_;         // (1) 1, the factor's increment
   std::unique_ptr<Tensor> y_;           // batch statistics only: the normalised output
 };
 

@@ -18,6 +18,7 @@ class ConcatLayer : public Layer {
   using Layer::Layer;
   int max_bottoms() const override { return -1; }
   std::vector<std::string> parameter_messages() const override { return {"concat_param"}; }
+  std::vector<Operation> operations() const override { return {Operation::kRowCopy}; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const Tensor& first = *bottom[0];
@@ -47,8 +48,7 @@ class ConcatLayer : public Layer {
     int64_t offset = 0;
     for (const Tensor* b : bottom) {
       const int64_t cols = b->dim(axis_) * inner_;
-      backend_.copy_rows(outer_, cols, b->data(), cols, top[0]->mutable_data() + offset, top_cols,
-                         false);
+      backend_.copy_rows(outer_, cols, b->data(), cols, top[0]->mutable_data() + offset, top_cols);
       offset += cols;
     }
   }
@@ -61,7 +61,7 @@ class ConcatLayer : public Layer {
       const int64_t cols = bottom[i]->dim(axis_) * inner_;
       if (propagate[i]) {
         backend_.copy_rows(outer_, cols, top[0]->diff() + offset, top_cols,
-                           bottom[i]->mutable_diff(), cols, false);
+                           bottom[i]->mutable_diff(), cols);
       }
       offset += cols;
     }

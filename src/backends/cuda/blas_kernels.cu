@@ -1,4 +1,7 @@
-// The elementwise BLAS-like operations cuBLAS does not have: fill, mul, axpby. x, y, a, b (n).
+// The BLAS-like operations cuBLAS does not have or does not do as Lamina needs: fill, mul,
+// axpby, and dot accumulated in double. x, y, a, b (n).
+#include <algorithm>
+
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
@@ -26,7 +29,56 @@ __global__ void axpby_kernel(int64_t n, float alpha, const float* x, float beta,
   }
 }
 
+constexpr unsigned kMaxPartials = 1024;  // blocks of the dot product's partial sums
+constexpr int kFinishBlock = 256;        // threads of the block that adds them
+
+// partial[block] = this block's share of x . y, in double.
+__global__ void dot_partial_kernel(int64_t n, const float* x, const float* y, double* partial) {
+  double sum = 0;
+  LAMINA_GRID_STRIDE_LOOP(i, n) sum += static_cast<double>(x[i]) * y[i];
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// One block: result[0] = the sum of the partial sums, rounded once.
+__global__ void dot_finish_kernel(int64_t blocks, const double* partial, float* result) {
+  const double sum = block_sum_of(blocks, partial);
+  if (threadIdx.x == 0) result[0] = static_cast<float>(sum);
+}
+
+// The grid depends only on n, so the partial sums and their order do too: bit-identical
+// results run to run. partial holds dot_blocks(n) doubles.
+unsigned dot_blocks(int64_t n) { return std::min(elementwise_grid(n), kMaxPartials); }
+
+void launch_dot(cudaStream_t s, int64_t n, const float* x, const float* y, double* partial,
+                float* result) {
+  const unsigned blocks = dot_blocks(n);
+  dot_partial_kernel<<<blocks, kBlock, 0, s>>>(n, x, y, partial);
+  LAMINA_CUDA_LAUNCHED(dot_partial_kernel);
+  dot_finish_kernel<<<1, kFinishBlock, 0, s>>>(blocks, partial, result);
+  LAMINA_CUDA_LAUNCHED(dot_finish_kernel);
+}
+
 }  // namespace
+
+void CudaBackend::dot(int64_t n, const float* x, const float* y, float* result) {
+  const cudaStream_t s = on_device();
+  auto* partial = static_cast<double*>(context_.workspace(sizeof(double) * dot_blocks(n)));
+  launch_dot(s, n, x, y, partial, result);
+}
+
+// The device dot into the workspace, after its partial sums, then read back: waits.
+float CudaBackend::dot(int64_t n, const float* x, const float* y) {
+  const cudaStream_t s = on_device();
+  const unsigned blocks = dot_blocks(n);
+  auto* partial = static_cast<double*>(context_.workspace(sizeof(double) * (blocks + 1)));
+  auto* result = reinterpret_cast<float*>(partial + blocks);
+  launch_dot(s, n, x, y, partial, result);
+  float host = 0;
+  LAMINA_CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(float), cudaMemcpyDeviceToHost, s));
+  LAMINA_CUDA_CHECK(cudaStreamSynchronize(s));
+  return host;
+}
 
 void CudaBackend::fill(int64_t n, float value, float* x) {
   const cudaStream_t s = on_device();

@@ -57,11 +57,26 @@ __global__ void channel_moments_kernel(int64_t outer, int64_t channels, int64_t 
   }
 }
 
-// inv_std = 1 / sqrt(var + eps), in double and rounded once (as the Native backend does).
+// 1 / sqrt(var + eps), in double and rounded once (as the Native backend does).
+__device__ float inverse_std(float var, float eps) {
+  return static_cast<float>(1.0 / sqrt(static_cast<double>(var) + static_cast<double>(eps)));
+}
+
 __global__ void inverse_std_kernel(int64_t channels, float eps, const float* var,
                                    float* inv_std) {
+  LAMINA_GRID_STRIDE_LOOP(c, channels) inv_std[c] = inverse_std(var[c], eps);
+}
+
+// mean = mean_sum / factor[0], inv_std from var_sum / factor[0]: each quotient in double,
+// rounded once; 0 when factor[0] is 0 (Caffe's estimates before any update).
+__global__ void running_statistics_kernel(int64_t channels, float eps, const float* mean_sum,
+                                          const float* var_sum, const float* factor,
+                                          float* mean, float* inv_std) {
+  const double f = factor[0];
   LAMINA_GRID_STRIDE_LOOP(c, channels) {
-    inv_std[c] = static_cast<float>(1.0 / sqrt(static_cast<double>(var[c]) + eps));
+    mean[c] = f == 0 ? 0.0f : static_cast<float>(static_cast<double>(mean_sum[c]) / f);
+    const float var = f == 0 ? 0.0f : static_cast<float>(static_cast<double>(var_sum[c]) / f);
+    inv_std[c] = inverse_std(var, eps);
   }
 }
 
@@ -128,6 +143,16 @@ __global__ void channel_reduce_kernel(int64_t outer, int64_t channels, int64_t i
   }
 }
 
+// y = (x - mean[c]) * inv_std[c] over (outer, channels, inner).
+void normalize(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, const float* x,
+               const float* mean, const float* inv_std, float* y) {
+  const int64_t n = outer * channels * inner;
+  if (n == 0) return;
+  batch_norm_forward_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, channels, inner, x, mean,
+                                                                  inv_std, y);
+  LAMINA_CUDA_LAUNCHED(batch_norm_forward_kernel);
+}
+
 }  // namespace
 
 void CudaBackend::channel_moments(int64_t outer, int64_t channels, int64_t inner,
@@ -151,11 +176,19 @@ void CudaBackend::batch_norm_forward(int64_t outer, int64_t channels, int64_t in
   if (channels <= 0) return;
   inverse_std_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, eps, var, inv_std);
   LAMINA_CUDA_LAUNCHED(inverse_std_kernel);
-  const int64_t n = outer * channels * inner;
-  if (n == 0) return;
-  batch_norm_forward_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, channels, inner, x, mean,
-                                                                  inv_std, y);
-  LAMINA_CUDA_LAUNCHED(batch_norm_forward_kernel);
+  normalize(s, outer, channels, inner, x, mean, inv_std, y);
+}
+
+void CudaBackend::batch_norm_inference(int64_t outer, int64_t channels, int64_t inner,
+                                       float eps, const float* x, const float* mean_sum,
+                                       const float* var_sum, const float* factor, float* y,
+                                       float* mean, float* inv_std) {
+  const cudaStream_t s = on_device();
+  if (channels <= 0) return;
+  running_statistics_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
+      channels, eps, mean_sum, var_sum, factor, mean, inv_std);
+  LAMINA_CUDA_LAUNCHED(running_statistics_kernel);
+  normalize(s, outer, channels, inner, x, mean, inv_std, y);
 }
 
 void CudaBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,

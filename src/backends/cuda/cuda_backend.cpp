@@ -63,8 +63,6 @@ void CudaBackend::copy(size_t bytes, const void* src, void* dst) {
 
 void CudaBackend::copy_to_host(size_t bytes, const void* src, void* host_dst) {
   const cudaStream_t s = on_device();
-  ++transfers_.to_host;
-  transfers_.bytes += static_cast<int64_t>(bytes);
   if (bytes == 0) return;
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -72,8 +70,6 @@ void CudaBackend::copy_to_host(size_t bytes, const void* src, void* host_dst) {
 
 void CudaBackend::copy_from_host(size_t bytes, const void* host_src, void* dst) {
   on_device();
-  ++transfers_.from_host;
-  transfers_.bytes += static_cast<int64_t>(bytes);
   context_.upload(bytes, host_src, dst);
 }
 
@@ -139,27 +135,6 @@ void CudaBackend::scal(int64_t n, float alpha, float* x) {
   on_device();
   if (n == 0) return;
   LAMINA_CUBLAS_CHECK(cublasSscal_64(context_.blas(), n, &alpha, x, 1));
-}
-
-// dot and asum return to the host, so they wait for the stream and count as a transfer.
-float CudaBackend::dot(int64_t n, const float* x, const float* y) {
-  on_device();
-  ++transfers_.to_host;
-  transfers_.bytes += static_cast<int64_t>(sizeof(float));
-  float result = 0;
-  if (n == 0) return result;
-  LAMINA_CUBLAS_CHECK(cublasSdot_64(context_.blas(), n, x, 1, y, 1, &result));
-  return result;
-}
-
-float CudaBackend::asum(int64_t n, const float* x) {
-  on_device();
-  ++transfers_.to_host;
-  transfers_.bytes += static_cast<int64_t>(sizeof(float));
-  float result = 0;
-  if (n == 0) return result;
-  LAMINA_CUBLAS_CHECK(cublasSasum_64(context_.blas(), n, x, 1, &result));
-  return result;
 }
 
 }  // namespace cuda_detail
@@ -241,10 +216,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device) {
   const int count = cuda_device_count();
   if (device < 0 || device >= count) {
     std::ostringstream choices;
-    if (count > 0) choices << "Use --gpu with a device from 0 to " << count - 1 << ", or ";
+    if (count > 0) choices << "Choose a device from 0 to " << count - 1 << ", or train";
+    else choices << "Train";
     fail("GPU ", device, " was requested, but this machine has ", describe_devices(), ". ",
-         choices.str(), count > 0 ? "leave" : "Leave",
-         " out --gpu to train on the CPU.");
+         choices.str(), " on the CPU (backend \"cpu\").");
   }
   return std::make_unique<cuda_detail::CudaBackend>(cuda_detail::CudaContext::get(device));
 }
@@ -263,7 +238,7 @@ std::string cuda_device_query() {
   if (count == 0) {
     out << "No CUDA device found";
     if (status != cudaSuccess) out << " (" << count_failure(status) << ")";
-    out << ". Train on the CPU by leaving out --gpu.\n";
+    out << ". Train on the CPU (backend \"cpu\").\n";
     return out.str();
   }
   for (int d = 0; d < count; ++d) {

@@ -3,7 +3,7 @@
 //
 // Where things are:
 //   cuda_backend.cpp     memory, transfers, cuBLAS calls, make_cuda_backend, device_query
-//   blas_kernels.cu      fill, mul, axpby
+//   blas_kernels.cu      fill, mul, axpby, dot
 //   activation_kernels.cu, softmax_kernels.cu, loss_kernels.cu (cross-entropy, NLL,
 //   euclidean, accuracy), data_kernels.cu (dropout, gather_rows), update_kernel.cu
 //   cudnn.cpp            everything cuDNN (the one file that includes cudnn.h): the handle,
@@ -57,8 +57,8 @@ class CudaBackend final : public Backend {
   void axpby(int64_t n, float alpha, const float* x, float beta, float* y) override;
   void scal(int64_t n, float alpha, float* x) override;
   void mul(int64_t n, const float* a, const float* b, float* y) override;
+  void dot(int64_t n, const float* x, const float* y, float* result) override;
   float dot(int64_t n, const float* x, const float* y) override;
-  float asum(int64_t n, const float* x) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;
@@ -105,6 +105,9 @@ class CudaBackend final : public Backend {
   void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                           const float* x, const float* mean, const float* var, float* y,
                           float* inv_std) override;
+  void batch_norm_inference(int64_t outer, int64_t channels, int64_t inner, float eps,
+                            const float* x, const float* mean_sum, const float* var_sum,
+                            const float* factor, float* y, float* mean, float* inv_std) override;
   void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner, const float* y,
                            const float* dy, const float* inv_std, float* dx) override;
   void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,
@@ -112,7 +115,7 @@ class CudaBackend final : public Backend {
   void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
                       const float* b, float* out) override;
   void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
-                 int64_t dst_stride, bool accumulate) override;
+                 int64_t dst_stride) override;
   void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
                            int32_t* mask) override;
   void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
@@ -120,9 +123,8 @@ class CudaBackend final : public Backend {
   // Every optional operation: convolution runs through cuDNN, or im2col + cuBLAS without it.
   bool supports(Operation) const override { return true; }
 
-  void update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
-              int num_segments, float* weights, const float* grads, float* history,
-              float* history2) override;
+  void update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
+              const float* grads, float* history, float* history2) override;
 
  private:
   // Convolution by im2col + cuBLAS (conv_kernels.cu), one image at a time with the column

@@ -55,7 +55,7 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
     hint << " A kernel failed and the GPU context is unusable; restart the process. Rerun "
             "with CUDA_LAUNCH_BLOCKING=1 to report the failing kernel at its launch.";
   } else if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver) {
-    hint << " Check the driver with nvidia-smi, or train on the CPU by leaving out --gpu.";
+    hint << " Check the driver with nvidia-smi, or train on the CPU (backend \"cpu\").";
   }
   fail("CUDA error: ", call, " returned ", cudaGetErrorName(status), " (",
        cudaGetErrorString(status), ") at ", file, ":", line, ".", hint.str());

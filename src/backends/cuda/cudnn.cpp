@@ -428,7 +428,7 @@ void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, co
 
 cudnnContext* create_dnn_handle(cudaStream_t) {
   fail("this Lamina was built without cuDNN, which this layer needs; install cuDNN and "
-       "rebuild (cmake -DLAMINA_USE_CUDNN=ON), or train on the CPU by leaving out --gpu.");
+       "rebuild (cmake -DLAMINA_USE_CUDNN=ON), or train on the CPU (backend \"cpu\").");
 }
 
 std::string dnn_version_string() { return "not built with cuDNN"; }

@@ -7,18 +7,12 @@
 namespace lamina::cuda_detail {
 namespace {
 
-// Row r of dst (rows, cols) at dst + r dst_stride = (or +=) row r of src at src + r src_stride.
-template <bool kAccumulate>
+// Row r of dst (rows, cols) at dst + r dst_stride = row r of src at src + r src_stride.
 __global__ void copy_rows_kernel(int64_t rows, int64_t cols, const float* src,
                                  int64_t src_stride, float* dst, int64_t dst_stride) {
   LAMINA_GRID_STRIDE_LOOP(i, rows * cols) {
     const int64_t r = i / cols, j = i - r * cols;
-    const float v = src[r * src_stride + j];
-    if (kAccumulate) {
-      dst[r * dst_stride + j] += v;
-    } else {
-      dst[r * dst_stride + j] = v;
-    }
+    dst[r * dst_stride + j] = src[r * src_stride + j];
   }
 }
 
@@ -50,18 +44,12 @@ __global__ void eltwise_max_backward_kernel(int64_t n, int index, const float* d
 }  // namespace
 
 void CudaBackend::copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
-                            float* dst, int64_t dst_stride, bool accumulate) {
+                            float* dst, int64_t dst_stride) {
   const cudaStream_t s = on_device();
   if (rows <= 0 || cols <= 0) return;
-  const unsigned grid = elementwise_grid(rows * cols);
-  if (accumulate) {
-    copy_rows_kernel<true><<<grid, kBlock, 0, s>>>(rows, cols, src, src_stride, dst, dst_stride);
-    LAMINA_CUDA_LAUNCHED(copy_rows_kernel<true>);
-  } else {
-    copy_rows_kernel<false><<<grid, kBlock, 0, s>>>(rows, cols, src, src_stride, dst,
-                                                    dst_stride);
-    LAMINA_CUDA_LAUNCHED(copy_rows_kernel<false>);
-  }
+  copy_rows_kernel<<<elementwise_grid(rows * cols), kBlock, 0, s>>>(rows, cols, src, src_stride,
+                                                                    dst, dst_stride);
+  LAMINA_CUDA_LAUNCHED(copy_rows_kernel);
 }
 
 void CudaBackend::eltwise_max_forward(int64_t n, int index, const float* x, float* y,

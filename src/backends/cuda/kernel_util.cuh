@@ -72,6 +72,14 @@ __device__ T block_sum(T v) {
   return warp_sum(lane < (blockDim.x >> 5) ? partial[lane] : T(0));
 }
 
+// The sum of values[0, count) over the block, in a fixed order, returned to every thread;
+// for the one-block kernels that finish a grid-wide sum from its per-block partial sums.
+__device__ inline double block_sum_of(int64_t count, const double* values) {
+  double sum = 0;
+  LAMINA_THREAD_STRIDE_LOOP(i, count) sum += values[i];
+  return block_sum(sum);
+}
+
 // Maximum of v over the block, returned to every thread; same rules as block_sum.
 __device__ inline float block_max(float v) {
   __shared__ float partial[32];

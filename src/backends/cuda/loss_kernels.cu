@@ -148,9 +148,7 @@ __global__ void euclidean_partial_kernel(int64_t n, const float* a, const float*
 // One block: loss[0] = sum(partial) / (2 rows).
 __global__ void euclidean_finish_kernel(int64_t blocks, const double* partial, int64_t rows,
                                         float* loss) {
-  double sum = 0;
-  LAMINA_THREAD_STRIDE_LOOP(i, blocks) sum += partial[i];
-  sum = block_sum(sum);
+  const double sum = block_sum_of(blocks, partial);
   if (threadIdx.x == 0) {
     loss[0] = static_cast<float>(sum / (2.0 * static_cast<double>(rows > 1 ? rows : 1)));
   }

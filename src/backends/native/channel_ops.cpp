@@ -37,6 +37,22 @@ std::vector<double> channel_sums(int64_t outer, int64_t channels, int64_t inner,
   return sums;
 }
 
+// 1 / sqrt(var + eps), in double and rounded once.
+float inverse_std(float var, float eps) {
+  return static_cast<float>(1.0 / std::sqrt(double(var) + double(eps)));
+}
+
+// y = (x - mean[c]) * inv_std[c], x and y (outer, channels, inner); works in place.
+void normalize(int64_t outer, int64_t channels, int64_t inner, const float* x,
+               const float* mean, const float* inv_std, float* y) {
+  parallel_rows(outer * channels, inner, [&](int64_t r) {
+    const float mu = mean[r % channels], s = inv_std[r % channels];
+    const float* xr = x + r * inner;
+    float* yr = y + r * inner;
+    for (int64_t i = 0; i < inner; ++i) yr[i] = (xr[i] - mu) * s;
+  });
+}
+
 }  // namespace
 
 // x (outer, channels, inner) -> mean, var (channels); two passes in double (the second
@@ -65,20 +81,25 @@ void NativeBackend::channel_moments(int64_t outer, int64_t channels, int64_t inn
   }
 }
 
-// x, y (outer, channels, inner); mean, var, inv_std (channels). inv_std is computed in
-// double and rounded once.
+// x, y (outer, channels, inner); mean, var, inv_std (channels).
 void NativeBackend::batch_norm_forward(int64_t outer, int64_t channels, int64_t inner,
                                        float eps, const float* x, const float* mean,
                                        const float* var, float* y, float* inv_std) {
+  for (int64_t c = 0; c < channels; ++c) inv_std[c] = inverse_std(var[c], eps);
+  normalize(outer, channels, inner, x, mean, inv_std, y);
+}
+
+// x, y (outer, channels, inner); mean_sum, var_sum, mean, inv_std (channels); factor (1).
+void NativeBackend::batch_norm_inference(int64_t outer, int64_t channels, int64_t inner,
+                                         float eps, const float* x, const float* mean_sum,
+                                         const float* var_sum, const float* factor, float* y,
+                                         float* mean, float* inv_std) {
+  const double f = factor[0];
   for (int64_t c = 0; c < channels; ++c) {
-    inv_std[c] = static_cast<float>(1.0 / std::sqrt(double(var[c]) + double(eps)));
+    mean[c] = f == 0 ? 0.0f : static_cast<float>(double(mean_sum[c]) / f);
+    inv_std[c] = inverse_std(f == 0 ? 0.0f : static_cast<float>(double(var_sum[c]) / f), eps);
   }
-  parallel_rows(outer * channels, inner, [&](int64_t r) {
-    const float mu = mean[r % channels], s = inv_std[r % channels];
-    const float* xr = x + r * inner;
-    float* yr = y + r * inner;
-    for (int64_t i = 0; i < inner; ++i) yr[i] = (xr[i] - mu) * s;
-  });
+  normalize(outer, channels, inner, x, mean, inv_std, y);
 }
 
 // y, dy, dx (outer, channels, inner), inv_std (channels):
@@ -142,18 +163,10 @@ void NativeBackend::channel_reduce(int64_t outer, int64_t channels, int64_t inne
 
 // src rows at src + r src_stride, dst rows at dst + r dst_stride, each cols floats.
 void NativeBackend::copy_rows(int64_t rows, int64_t cols, const float* src,
-                              int64_t src_stride, float* dst, int64_t dst_stride,
-                              bool accumulate) {
+                              int64_t src_stride, float* dst, int64_t dst_stride) {
   if (cols == 0) return;
   parallel_rows(rows, cols, [&](int64_t r) {
-    const float* s = src + r * src_stride;
-    float* d = dst + r * dst_stride;
-    if (!accumulate) {
-      std::memcpy(d, s, sizeof(float) * cols);
-      return;
-    }
-#pragma GCC ivdep
-    for (int64_t j = 0; j < cols; ++j) d[j] += s[j];
+    std::memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * cols);
   });
 }
 

@@ -3,7 +3,7 @@
 //
 // Conventions (the semantics of every operation are the comments in backend.hpp):
 //   - Memory is ordinary host memory, 64-byte aligned. copy_to_host/copy_from_host are plain
-//     memcpy and are not counted as transfers (there is no device to transfer to).
+//     memcpy (there is no device to transfer to).
 //   - Elementwise loops go through parallel_for, which only wakes the pool's threads for arrays
 //     larger than kParallelMin; row-wise operations parallelise over rows.
 //   - Every elementwise operation works in place (x == y, dy == dx): each element is read
@@ -152,7 +152,7 @@ void NativeBackend::copy(size_t bytes, const void* src, void* dst) {
 }
 
 void NativeBackend::copy_to_host(size_t bytes, const void* src, void* host_dst) {
-  copy(bytes, src, host_dst);  // host memory already: not a transfer
+  copy(bytes, src, host_dst);  // host memory already
 }
 
 void NativeBackend::copy_from_host(size_t bytes, const void* host_src, void* dst) {
@@ -219,16 +219,31 @@ void NativeBackend::mul(int64_t n, const float* a, const float* b, float* y) {
   parallel_for(n, [=](int64_t i) { y[i] = a[i] * b[i]; });
 }
 
-float NativeBackend::dot(int64_t n, const float* x, const float* y) {
-  double total = 0;
-  in_blas_chunks(n, [&](int64_t s, blasint len) { total += cblas_sdot(len, x + s, 1, y + s, 1); });
-  return static_cast<float>(total);
+// x . y in double: blocks of kDotBlock elements summed in parallel (eight accumulators each,
+// so the loop pipelines), then added in block order: the result does not depend on the
+// thread count.
+void NativeBackend::dot(int64_t n, const float* x, const float* y, float* result) {
+  constexpr int64_t kDotBlock = int64_t{1} << 14;
+  std::vector<double> partial((n + kDotBlock - 1) / kDotBlock);
+  parallel_rows(int64_t(partial.size()), kDotBlock, [&](int64_t b) {
+    const int64_t begin = b * kDotBlock, end = std::min(n, begin + kDotBlock);
+    double acc[8] = {};
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+      for (int k = 0; k < 8; ++k) acc[k] += double(x[i + k]) * y[i + k];
+    }
+    double sum = 0;
+    for (; i < end; ++i) sum += double(x[i]) * y[i];
+    for (double a : acc) sum += a;
+    partial[b] = sum;
+  });
+  result[0] = static_cast<float>(serial_sum(partial));
 }
 
-float NativeBackend::asum(int64_t n, const float* x) {
-  double total = 0;
-  in_blas_chunks(n, [&](int64_t s, blasint len) { total += cblas_sasum(len, x + s, 1); });
-  return static_cast<float>(total);
+float NativeBackend::dot(int64_t n, const float* x, const float* y) {
+  float result = 0;
+  dot(n, x, y, &result);  // host memory already
+  return result;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -460,100 +475,6 @@ void NativeBackend::gather_rows(int64_t rows, int64_t cols, const uint8_t* src,
     float* d = dst + r * cols;
     for (int64_t j = 0; j < cols; ++j) d[j] = scale * static_cast<float>(s[j]);
   });
-}
-
-// ---------------------------------------------------------------------------------------
-// Solver
-// ---------------------------------------------------------------------------------------
-
-namespace {
-
-// g' = grad_scale * g + decay * reg(w), reg(w) = w (L2) or sign(w) (L1, sign(0) = 0).
-inline float regularized_grad(float grad_scale, float g, float decay, Regularization reg,
-                              float w) {
-  const float r = reg == Regularization::kL2 ? w : static_cast<float>((w > 0) - (w < 0));
-  return grad_scale * g + decay * r;
-}
-
-}  // namespace
-
-// weights, grads, history, history2 (n); segments (num_segments) in host memory.
-void NativeBackend::update(const UpdateArgs& args, int64_t n, const ParamSegment* segments,
-                           int num_segments, float* weights, const float* grads,
-                           float* history, float* history2) {
-  const bool adam = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW;
-  CHECK(!adam || history2 != nullptr) << "Adam/AdamW need history2";
-  // Adam's bias correction sqrt(1 - b2^t) / (1 - b1^t), once per call.
-  const float correction =
-      adam ? static_cast<float>(std::sqrt(1.0 - std::pow(double(args.momentum2), args.step)) /
-                                (1.0 - std::pow(double(args.momentum), args.step)))
-           : 0.0f;
-  const float momentum = args.momentum;
-  const float momentum2 = args.momentum2;
-  const float delta = args.delta;
-  const float grad_scale = args.grad_scale;
-  const Regularization reg = args.regularization;
-
-  for (int s = 0; s < num_segments; ++s) {
-    const ParamSegment& seg = segments[s];
-    CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= n)
-        << "segment " << s << " [" << seg.offset << ", +" << seg.count
-        << ") outside the arena of " << n;
-    const float lr = args.lr * seg.lr_mult;
-    const float decay = args.weight_decay * seg.decay_mult;
-    float* w = weights + seg.offset;
-    const float* g = grads + seg.offset;
-    float* h = history + seg.offset;
-    float* h2 = adam ? history2 + seg.offset : nullptr;
-
-    switch (args.rule) {
-      case UpdateRule::kSGD:
-        parallel_for(seg.count, [=](int64_t i) {
-          const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
-          h[i] = momentum * h[i] + lr * gi;
-          w[i] -= h[i];
-        });
-        break;
-      case UpdateRule::kNesterov:
-        parallel_for(seg.count, [=](int64_t i) {
-          const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
-          const float h_old = h[i];
-          h[i] = momentum * h[i] + lr * gi;
-          w[i] -= (1.0f + momentum) * h[i] - momentum * h_old;
-        });
-        break;
-      case UpdateRule::kAdam:
-        parallel_for(seg.count, [=](int64_t i) {
-          const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
-          h[i] = momentum * h[i] + (1.0f - momentum) * gi;
-          h2[i] = momentum2 * h2[i] + (1.0f - momentum2) * gi * gi;
-          w[i] -= lr * correction * h[i] / (std::sqrt(h2[i]) + delta);
-        });
-        break;
-      case UpdateRule::kAdamW:
-        parallel_for(seg.count, [=](int64_t i) {
-          const float gi = grad_scale * g[i];
-          h[i] = momentum * h[i] + (1.0f - momentum) * gi;
-          h2[i] = momentum2 * h2[i] + (1.0f - momentum2) * gi * gi;
-          w[i] -= lr * (correction * h[i] / (std::sqrt(h2[i]) + delta) + decay * w[i]);
-        });
-        break;
-      case UpdateRule::kRMSProp:
-        parallel_for(seg.count, [=](int64_t i) {
-          const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
-          h[i] = momentum2 * h[i] + (1.0f - momentum2) * gi * gi;
-          w[i] -= lr * gi / (std::sqrt(h[i]) + delta);
-        });
-        break;
-      case UpdateRule::kAdaGrad:
-        parallel_for(seg.count, [=](int64_t i) {
-          const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
-          h[i] += gi * gi;
-          w[i] -= lr * gi / (std::sqrt(h[i]) + delta);
-        });
-        break;
-    }
-  }
 }
 
 }  // namespace lamina

@@ -1,0 +1,133 @@
+// NativeBackend::update: the fused update rules in one pass over the arena, split into equal
+// ranges over the thread pool; the block table (backend.hpp's UpdateLayout) says which
+// parameter's lr_mult and decay_mult each 64-float block takes. The arithmetic is backend.hpp's,
+// in the CUDA kernel's order. Built with -fno-math-errno so that sqrtf vectorises.
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "lamina/native_backend.hpp"
+#include "parallel.hpp"
+
+namespace lamina {
+namespace {
+
+using native::parallel_ranges;
+
+// The scalars of one update call, Adam's bias correction included.
+struct UpdateScalars {
+  float lr, momentum, momentum2, delta, weight_decay, grad_scale;
+  float correction;  // sqrt(1 - b2^t) / (1 - b1^t), computed once per call in double
+  Regularization reg;
+};
+
+// g' = grad_scale * g + decay * reg(w), reg(w) = w (L2) or sign(w) (L1, sign(0) = 0).
+inline float regularized_grad(float grad_scale, float g, float decay, Regularization reg,
+                              float w) {
+  const float r = reg == Regularization::kL2 ? w : static_cast<float>((w > 0) - (w < 0));
+  return grad_scale * g + decay * r;
+}
+
+// The rule's step for elements [begin, end) of one segment, whose lr_mult and decay_mult
+// give lr and decay. The arithmetic is backend.hpp's, in the CUDA kernel's order.
+template <UpdateRule kRule>
+void update_run(const UpdateScalars& a, float lr, float decay, int64_t begin, int64_t end,
+                float* w, const float* g, float* h, float* h2) {
+  const float momentum = a.momentum, momentum2 = a.momentum2, delta = a.delta;
+  const float grad_scale = a.grad_scale, correction = a.correction;
+  const Regularization reg = a.reg;
+#pragma GCC ivdep
+  for (int64_t i = begin; i < end; ++i) {
+    if constexpr (kRule == UpdateRule::kSGD) {
+      const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+      h[i] = momentum * h[i] + lr * gi;
+      w[i] -= h[i];
+    } else if constexpr (kRule == UpdateRule::kNesterov) {
+      const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+      const float h_old = h[i];
+      h[i] = momentum * h[i] + lr * gi;
+      w[i] -= (1.0f + momentum) * h[i] - momentum * h_old;
+    } else if constexpr (kRule == UpdateRule::kAdam) {
+      const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+      h[i] = momentum * h[i] + (1.0f - momentum) * gi;
+      h2[i] = momentum2 * h2[i] + (1.0f - momentum2) * gi * gi;
+      w[i] -= lr * correction * h[i] / (std::sqrt(h2[i]) + delta);
+    } else if constexpr (kRule == UpdateRule::kAdamW) {
+      const float gi = grad_scale * g[i];
+      h[i] = momentum * h[i] + (1.0f - momentum) * gi;
+      h2[i] = momentum2 * h2[i] + (1.0f - momentum2) * gi * gi;
+      w[i] -= lr * (correction * h[i] / (std::sqrt(h2[i]) + delta) + decay * w[i]);
+    } else if constexpr (kRule == UpdateRule::kRMSProp) {
+      const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+      h[i] = momentum2 * h[i] + (1.0f - momentum2) * gi * gi;
+      w[i] -= lr * gi / (std::sqrt(h[i]) + delta);
+    } else {  // kAdaGrad
+      const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+      h[i] += gi * gi;
+      w[i] -= lr * gi / (std::sqrt(h[i]) + delta);
+    }
+  }
+}
+
+// Elements [begin, end) of the arena, any range: each run of one segment's elements is found
+// through the block table, and the padding after a segment's last element is skipped.
+template <UpdateRule kRule>
+void update_range(const UpdateScalars& a, const UpdateLayout& layout, int64_t begin,
+                  int64_t end, float* w, const float* g, float* h, float* h2) {
+  for (int64_t i = begin; i < end;) {
+    const int64_t block_end = (i / kArenaBlock + 1) * kArenaBlock;
+    const int32_t s = layout.block_segment[i / kArenaBlock];
+    if (s < 0) {
+      i = block_end;
+      continue;
+    }
+    const ParamSegment& seg = layout.segments[s];
+    const int64_t stop = std::min(seg.offset + seg.count, end);
+    if (i < stop) {
+      update_run<kRule>(a, a.lr * seg.lr_mult, a.weight_decay * seg.decay_mult, i, stop, w, g,
+                        h, h2);
+    }
+    // On to the block after the segment's last (every segment starts on a block boundary).
+    i = std::max(block_end, (stop + kArenaBlock - 1) / kArenaBlock * kArenaBlock);
+  }
+}
+
+// One dispatch for the whole arena, split into equal ranges over the thread pool.
+template <UpdateRule kRule>
+void update_arena(const UpdateScalars& a, const UpdateLayout& layout, float* w, const float* g,
+                  float* h, float* h2) {
+  parallel_ranges(layout.n, [&](int64_t begin, int64_t end) {
+    update_range<kRule>(a, layout, begin, end, w, g, h, h2);
+  });
+}
+
+}  // namespace
+
+// weights, grads, history, history2 (layout.n); the layout's tables in host memory.
+void NativeBackend::update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
+                           const float* grads, float* history, float* history2) {
+  const bool adam = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW;
+  CHECK(!adam || history2 != nullptr) << "Adam/AdamW need history2";
+  CHECK(layout.n % kArenaBlock == 0) << "an arena of " << layout.n << " floats";
+  // Adam's bias correction sqrt(1 - b2^t) / (1 - b1^t), once per call.
+  const float correction =
+      adam ? static_cast<float>(std::sqrt(1.0 - std::pow(double(args.momentum2), args.step)) /
+                                (1.0 - std::pow(double(args.momentum), args.step)))
+           : 0.0f;
+  const UpdateScalars a{args.lr, args.momentum, args.momentum2, args.delta, args.weight_decay,
+                        args.grad_scale, correction, args.regularization};
+  void (*arena)(const UpdateScalars&, const UpdateLayout&, float*, const float*, float*,
+                float*) = nullptr;
+  switch (args.rule) {
+    case UpdateRule::kSGD: arena = update_arena<UpdateRule::kSGD>; break;
+    case UpdateRule::kNesterov: arena = update_arena<UpdateRule::kNesterov>; break;
+    case UpdateRule::kAdam: arena = update_arena<UpdateRule::kAdam>; break;
+    case UpdateRule::kAdamW: arena = update_arena<UpdateRule::kAdamW>; break;
+    case UpdateRule::kRMSProp: arena = update_arena<UpdateRule::kRMSProp>; break;
+    case UpdateRule::kAdaGrad: arena = update_arena<UpdateRule::kAdaGrad>; break;
+  }
+  arena(a, layout, weights, grads, history, history2);
+}
+
+}  // namespace lamina

@@ -1,0 +1,68 @@
+// The Backend's defaults for its optional operations (the convolutional section of
+// backend.hpp): each throws an Error naming the backend and the operation, so a backend that
+// implements only memory, BLAS and the MLP operations is complete, and a caller that skips the
+// net's supports() check gets a message instead of a crash.
+#include "lamina/backend.hpp"
+
+#include "lamina/common.hpp"
+
+namespace lamina {
+
+void Backend::unsupported(Operation op, const char* function) const {
+  fail("the ", name(), " backend does not implement ", operation_name(op), " (Backend::",
+       function, "); run the net on a backend that does (supports(Operation) says which), or "
+       "implement it in this backend");
+}
+
+void Backend::conv_forward(const ConvGeometry&, const float*, const float*, const float*,
+                           float*) {
+  unsupported(Operation::kConvolution, "conv_forward");
+}
+void Backend::conv_backward_data(const ConvGeometry&, const float*, const float*, float*) {
+  unsupported(Operation::kConvolution, "conv_backward_data");
+}
+void Backend::conv_backward_filter(const ConvGeometry&, const float*, const float*, float*,
+                                   float*) {
+  unsupported(Operation::kConvolution, "conv_backward_filter");
+}
+void Backend::pool_forward(PoolMethod, const PoolGeometry&, const float*, float*, int32_t*) {
+  unsupported(Operation::kPooling, "pool_forward");
+}
+void Backend::pool_backward(PoolMethod, const PoolGeometry&, const float*, const int32_t*,
+                            float*) {
+  unsupported(Operation::kPooling, "pool_backward");
+}
+void Backend::channel_moments(int64_t, int64_t, int64_t, const float*, float*, float*) {
+  unsupported(Operation::kBatchNorm, "channel_moments");
+}
+void Backend::batch_norm_forward(int64_t, int64_t, int64_t, float, const float*, const float*,
+                                 const float*, float*, float*) {
+  unsupported(Operation::kBatchNorm, "batch_norm_forward");
+}
+void Backend::batch_norm_inference(int64_t, int64_t, int64_t, float, const float*,
+                                   const float*, const float*, const float*, float*, float*,
+                                   float*) {
+  unsupported(Operation::kBatchNorm, "batch_norm_inference");
+}
+void Backend::batch_norm_backward(int64_t, int64_t, int64_t, const float*, const float*,
+                                  const float*, float*) {
+  unsupported(Operation::kBatchNorm, "batch_norm_backward");
+}
+void Backend::channel_affine(int64_t, int64_t, int64_t, const float*, const float*,
+                             const float*, float*) {
+  unsupported(Operation::kChannelAffine, "channel_affine");
+}
+void Backend::channel_reduce(int64_t, int64_t, int64_t, const float*, const float*, float*) {
+  unsupported(Operation::kChannelAffine, "channel_reduce");
+}
+void Backend::copy_rows(int64_t, int64_t, const float*, int64_t, float*, int64_t) {
+  unsupported(Operation::kRowCopy, "copy_rows");
+}
+void Backend::eltwise_max_forward(int64_t, int, const float*, float*, int32_t*) {
+  unsupported(Operation::kEltwiseMax, "eltwise_max_forward");
+}
+void Backend::eltwise_max_backward(int64_t, int, const float*, const int32_t*, float*) {
+  unsupported(Operation::kEltwiseMax, "eltwise_max_backward");
+}
+
+}  // namespace lamina
