@@ -69,6 +69,22 @@ class FakeSystem {
   std::string root_;
 };
 
+// Small allocations are not checked one by one but together: the one that brings their sum
+// to kHostMemoryCheckBytes is refused when the sum does not fit.
+TEST(MemoryLimits, SmallAllocationsAreCheckedTogether) {
+  FakeSystem scarce;  // 20 GiB available at first
+  require_host_memory(kHostMemoryCheckBytes, "a checked allocation", scarce.root());  // resets
+  scarce.write("proc/meminfo", "MemTotal: 24684084 kB\nMemAvailable: 512 kB\n");
+  const uint64_t part = kHostMemoryCheckBytes * 6 / 10;
+  require_host_memory(part, "tensor 'a'", scarce.root());  // not checked yet: no error
+  EXPECT_THAT(error_of([&] { require_host_memory(part, "tensor 'b'", scarce.root()); }),
+              AllOf(HasSubstr("could not allocate tensor 'b'"), HasSubstr("1.2 MiB"),
+                    HasSubstr("512.0 KiB is available")));
+  // A single allocation at the threshold is checked on its own.
+  EXPECT_THAT(error_of([&] { require_host_memory(kHostMemoryCheckBytes, "c", scarce.root()); }),
+              HasSubstr("it needs 1.0 MiB"));
+}
+
 TEST(MemoryLimits, AvailableIsMemAvailable) {
   FakeSystem system;
   EXPECT_EQ(available_host_memory(system.root()), 20 * kGiB);  // 20971520 kB

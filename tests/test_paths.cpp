@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "lamina/file_access.hpp"
+#include "lamina/host_memory.hpp"
 #include "lamina/idx.hpp"
 #include "lamina/io.hpp"
 #include "lamina/native_backend.hpp"
@@ -320,6 +321,21 @@ TEST(FileSizes, AHugeForeignOrDamagedSnapshotIsRefusedFromItsHeader) {
   EXPECT_THAT(error_of([&] { read_snapshot_file(path, SnapshotKind::kWeights); }),
               AllOf(HasSubstr("weights file '" + path + "'"),
                     HasSubstr(std::to_string(huge - 128) + " unexpected bytes")));
+  // A header that agrees with the file's size: refused by the memory it would need, before
+  // anything past the header is read.
+  const uint64_t payload = uint64_t(huge) - (kSnapshotHeaderBytes + kSnapshotTrailerBytes);
+  for (int i = 0; i < 8; ++i) header[16 + i] = char((payload >> (8 * i)) & 0xff);
+  write_bytes(path, header);
+  fs::resize_file(path, uintmax_t(huge));
+  if (const std::optional<uint64_t> available = available_host_memory();
+      available && *available < 2 * uint64_t(huge)) {
+    EXPECT_THAT(error_of([&] { read_snapshot_file(path, SnapshotKind::kWeights); }),
+                AllOf(HasSubstr("weights file '" + path + "'"), HasSubstr("1.0 TiB"),
+                      HasSubstr("it needs 2.0 TiB")));
+  }
+  // A header announcing 100 bytes of payload again, in a file of 60.
+  for (int i = 0; i < 8; ++i) header[16 + i] = char(i == 0 ? 100 : 0);
+  write_bytes(path, header);
   fs::resize_file(path, 60);
   EXPECT_THAT(error_of([&] { read_snapshot_file(path, SnapshotKind::kSolverState); }),
               HasSubstr("a Lamina weights file, not a solver state file"));
@@ -394,6 +410,12 @@ TEST(SnapshotWrites, BadPrefixesAreOneMessageWithThePath) {
   }
   EXPECT_THAT(error_of([&] { check_writable(dir / std::string(300, 'p')); }),
               HasSubstr("255 in each name"));
+  // A prefix that fits but leaves no room for what the run appends: refused at the start,
+  // naming the longest name, not hours later at the first snapshot.
+  const std::string tight = dir / std::string(240, 'p');
+  write_bytes(tight, "a name of 240 bytes can be created");
+  EXPECT_THAT(error_of([&] { check_writable(tight, 100000); }),
+              AllOf(HasSubstr("File name too long"), HasSubstr("_iter_100000.solverstate.tmp-")));
 }
 
 // A file-size limit is a write error like a full disk (in a child: the limit is per process;

@@ -752,6 +752,17 @@ TEST(SnapshotFailure, AnUnwritableDirectoryStopsBeforeTrainingOrIsLogged) {
                       HasSubstr(prefix), HasSubstr("no snapshot is on disk")));
     EXPECT_EQ(going_on.iter(), 4);
     EXPECT_TRUE(going_on.last_snapshot().empty());
+    // A stop that asks for a snapshot which cannot be written is not a success either.
+    Solver stopped(solver_param(kSgd, "max_iter: 4 snapshot_failure: CONTINUE "
+                                      "snapshot_prefix: \"" + prefix + "\""),
+                   net, backend);
+    stopped.set_action_source([&] { return stopped.iter() == 2 ? SolverAction::kStop
+                                                               : SolverAction::kNone; });
+    EXPECT_THAT(error_of([&] { stopped.solve(); }),
+                AllOf(HasSubstr("training stopped at iteration 2 as requested but its snapshot "
+                                "could not be written"),
+                      HasSubstr(prefix), HasSubstr("no snapshot is on disk")));
+    EXPECT_TRUE(stopped.stopped_early());
   }
   if (::geteuid() != 0) {  // root writes anywhere
     fs::create_directories(dir / "readonly");

@@ -160,6 +160,16 @@ TEST_F(SnapshotLockTest, LockFilesThatCannotBeLockedAreErrorsNamingThePath) {
   EXPECT_THAT(error_of([&] { SnapshotPrefixLock lock(fifo); }),  // refused, not a hang
               AllOf(HasSubstr("'" + fifo + ".lock'"), HasSubstr("not a regular file")));
   EXPECT_THAT(error_of([&] { SnapshotPrefixLock lock(""); }), HasSubstr("empty snapshot prefix"));
+  // A symbolic link is refused, and the file it points to is left as it was.
+  const std::string victim = (dir_ / "precious").string(), linked = (dir_ / "linked").string();
+  std::ofstream(victim) << "keep me";
+  fs::create_symlink(victim, linked + ".lock");
+  EXPECT_THAT(error_of([&] { SnapshotPrefixLock lock(linked); }),
+              AllOf(HasSubstr("'" + linked + ".lock'"), HasSubstr("symbolic link")));
+  std::ifstream in(victim);
+  std::string kept;
+  std::getline(in, kept);
+  EXPECT_EQ(kept, "keep me");
 }
 
 }  // namespace

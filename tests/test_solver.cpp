@@ -84,6 +84,7 @@ class FeedLayer : public Layer {
   }
   void forward(const Tensors& /*bottom*/, const Tensors& top) override {
     const std::vector<Batch>& batches = feed_sets().at(set_);
+    LAMINA_REQUIRE(!batches.empty(), "feed set ", set_, " has no batches");
     const Batch& b = batches[next_++ % batches.size()];
     top[0]->copy_data_from_host(b.x);
     top[1]->copy_data_from_host(b.t);
@@ -533,6 +534,21 @@ TEST(SolverTest, NoTestAtIterationZeroWithoutTestInitialization) {
   ASSERT_EQ(solver->test_history().size(), 2u);  // at 2 and 4; 5 is not a test point
   EXPECT_EQ(solver->test_history()[0].first, 2);
   EXPECT_EQ(solver->test_history()[1].first, 4);
+}
+
+// An error in the TEST net's forward pass while training says that it was the TEST net, at
+// which test and training iteration.
+TEST(SolverTest, ATestNetErrorDuringTrainingSaysTest) {
+  feed_sets()["train"] = {make_batch(41)};
+  feed_sets()["broken_test"] = {make_batch(51)};
+  auto solver = make_solver(
+      "base_lr: 0.1 test_iter: 2 test_interval: 2 test_initialization: false random_seed: 1 "
+      "max_iter: 4",
+      tiny_net("", "train", "broken_test"));
+  feed_sets()["broken_test"].clear();
+  EXPECT_THAT(error_of([&] { solver->solve(); }),
+              AllOf(HasSubstr("TEST net, test iteration 0 of 2 at training iteration 2: "),
+                    HasSubstr("feed set broken_test has no batches")));
 }
 
 // ---------------------------------------------------------------------------------------

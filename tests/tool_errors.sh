@@ -103,6 +103,14 @@ expect_success "train input_net" "Training on native" "$lamina" train --solver "
 sed 's/name: "fc"/name: "fc9"/; s/name: "input_net"/name: "other_net"/' input_net.prototxt \
   > "$tmp/other_net.prototxt"
 other_solver=$(solver_file other "$tmp/other_net.prototxt")
+# Fine-tuning from a snapshot of the same prefix would overwrite it at its iteration: refused
+# before training, and the file is left as it was.
+sum_before=$(cksum < "$tmp/input_iter_2.lamina")
+expect_error "train --weights from its own prefix" \
+  "snapshot at iteration 2 would overwrite '$tmp/input_iter_2.lamina'.*training did not start" \
+  "$lamina" train --solver "$tmp/input.prototxt" --weights "$tmp/input_iter_2.lamina"
+[ "$(cksum < "$tmp/input_iter_2.lamina")" = "$sum_before" ] ||
+  { echo "FAIL: the weights fine-tuned from were overwritten"; failures=$((failures + 1)); }
 expect_error "train --weights that match nothing" \
   "weights file '$tmp/input_iter_2.lamina' matches no parameter of the net 'other_net'.*'fc9/weight'.*'fc/weight'.*--allow-unmatched-weights" \
   "$lamina" train --solver "$other_solver" --weights "$tmp/input_iter_2.lamina"

@@ -2,9 +2,11 @@
 // in closed form, gradients with Lamina's gradient checker, and use from a prototxt.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "lamina/gradient_checker.hpp"
 #include "lamina/io.hpp"
-#include "lamina/native_backend.hpp"
+#include "lamina/backend_factory.hpp"
 #include "lamina/net.hpp"
 #include "lamina/registry.hpp"
 
@@ -21,7 +23,8 @@ lamina::LayerParameter square_param(const std::string& scale) {
 TEST(SquareLayer, IsRegisteredByItsOwnFile) { EXPECT_TRUE(lamina::LayerRegistry::has("Square")); }
 
 TEST(SquareLayer, ForwardIsScaledSquare) {
-  lamina::NativeBackend backend;
+  const std::unique_ptr<lamina::Backend> cpu = lamina::make_backend("cpu");
+  lamina::Backend& backend = *cpu;
   lamina::Tensor x(backend, {2, 3}, "x"), y(backend, {1}, "y");
   x.copy_data_from_host({-2, -1, 0, 0.5f, 1, 3});
   auto layer = lamina::LayerRegistry::create(square_param("0.5"), {backend, lamina::TRAIN, 1});
@@ -33,7 +36,8 @@ TEST(SquareLayer, ForwardIsScaledSquare) {
 }
 
 TEST(SquareLayer, GradientMatchesFiniteDifferences) {
-  lamina::NativeBackend backend;
+  const std::unique_ptr<lamina::Backend> cpu = lamina::make_backend("cpu");
+  lamina::Backend& backend = *cpu;
   lamina::Tensor x(backend, {4, 5}, "x"), y(backend, {1}, "y");
   std::vector<float> values(20);
   for (int i = 0; i < 20; ++i) values[i] = 0.1f * (i - 9.5f);
@@ -46,7 +50,8 @@ TEST(SquareLayer, GradientMatchesFiniteDifferences) {
 }
 
 TEST(SquareLayer, BadParametersAreClearErrors) {
-  lamina::NativeBackend backend;
+  const std::unique_ptr<lamina::Backend> cpu = lamina::make_backend("cpu");
+  lamina::Backend& backend = *cpu;
   lamina::Tensor x(backend, {2}, "x"), y(backend, {1}, "y");
   auto bad_value = lamina::LayerRegistry::create(square_param("big"), {backend, lamina::TRAIN, 1});
   try {
@@ -62,7 +67,8 @@ TEST(SquareLayer, BadParametersAreClearErrors) {
 }
 
 TEST(SquareLayer, TrainsInsideANetFromPrototxt) {
-  lamina::NativeBackend backend;
+  const std::unique_ptr<lamina::Backend> cpu = lamina::make_backend("cpu");
+  lamina::Backend& backend = *cpu;
   lamina::NetParameter param = lamina::parse_net_parameter(R"(
     layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 3 dim: 4 } } }
     layer { name: "fc" type: "Linear" bottom: "x" inner_product_param { num_output: 4 } }

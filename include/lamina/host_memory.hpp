@@ -9,8 +9,9 @@
 
 namespace lamina {
 
-// Allocations smaller than this are not checked (a check reads /proc).
-constexpr uint64_t kHostMemoryCheckBytes = uint64_t{64} << 20;
+// Allocations smaller than this are checked together, once their sum reaches it (a check
+// reads /proc), so that many small tensors cannot add up to more than the machine has.
+constexpr uint64_t kHostMemoryCheckBytes = uint64_t{1} << 20;
 
 // Bytes the process can still allocate and touch without swapping: MemAvailable from
 // /proc/meminfo (swap counts for nothing), lowered to the room left under the memory limit
@@ -23,8 +24,9 @@ std::optional<uint64_t> available_host_memory(const std::string& root = "");
 std::string readable_bytes(uint64_t bytes);
 
 // Throws an Error "could not allocate <what>: it needs 37.3 GiB of memory, but 20.1 GiB is
-// available (...)" when bytes exceed the available host memory. Costs nothing below
-// kHostMemoryCheckBytes; refuses nothing when the available memory is unknown.
-void require_host_memory(uint64_t bytes, const std::string& what);
+// available (...)" when bytes exceed the available host memory. An allocation below
+// kHostMemoryCheckBytes is added to those since the last check and checked with them when
+// they reach it; refuses nothing when the available memory is unknown. `root` as above.
+void require_host_memory(uint64_t bytes, const std::string& what, const std::string& root = "");
 
 }  // namespace lamina

@@ -95,10 +95,11 @@ void write_file_atomically(const std::string& path, const std::string& bytes);
 // Writes all of data to the open descriptor fd, retrying on EINTR and short writes; throws
 // naming `path` and strerror (ENOSPC: "No space left on device").
 void write_fully(int fd, const void* data, size_t size, const std::string& path);
-// Throws, naming the directory and the reason, when no file can be created beside `path`
-// (the directory is missing, is not a directory, or is not writable). Creates and removes
-// a probe file PATH.probe-<pid>.
-void check_writable(const std::string& path);
+// Throws, naming the directory and the reason, when the snapshots of a run that ends at
+// iteration max_iter cannot be written under `prefix` (the directory is missing, is not a
+// directory or is not writable, or a name is too long). Creates and removes the longest file
+// such a run writes, PREFIX_iter_<max_iter>.solverstate.tmp-<pid>.
+void check_writable(const std::string& prefix, int64_t max_iter = 0);
 
 // ---- the parameter arena in snapshot files ----
 

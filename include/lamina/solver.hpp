@@ -140,6 +140,8 @@ class Solver {
   // snapshot_failure when it cannot be written (and skipping non-finite weights). Returns
   // whether the snapshot is on disk; when not, snapshot_error_ says why.
   bool snapshot_as_configured(const char* why);
+  // "; the last snapshot on disk is 'P' (iteration N)", or "; no snapshot is on disk".
+  std::string last_snapshot_note() const;
   // Refuses, before training, a run whose snapshots would overwrite a protected file.
   void check_protected_files() const;
   // Warns once when periodic snapshots of `bytes` (written from start to end) would write
@@ -172,6 +174,7 @@ class Solver {
   bool rate_warned_ = false;
   std::function<SolverAction()> action_source_;
   bool stopped_early_ = false;
+  bool stop_snapshot_saved_ = true;  // false: a stop asked for a snapshot that failed
 };
 
 }  // namespace lamina

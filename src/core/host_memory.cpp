@@ -2,6 +2,7 @@
 #include "lamina/host_memory.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -118,9 +119,17 @@ std::string readable_bytes(uint64_t bytes) {
   return text;
 }
 
-void require_host_memory(uint64_t bytes, const std::string& what) {
-  if (bytes < kHostMemoryCheckBytes) return;
-  const auto a = available("");
+void require_host_memory(uint64_t bytes, const std::string& what, const std::string& root) {
+  // The small allocations since the last check (already made, so already counted out of the
+  // available memory), which this one joins.
+  static std::atomic<uint64_t> unchecked{0};
+  if (bytes < kHostMemoryCheckBytes) {
+    const uint64_t pending = unchecked.fetch_add(bytes) + bytes;
+    if (pending < kHostMemoryCheckBytes) return;
+    bytes = pending;
+  }
+  unchecked = 0;
+  const auto a = available(root);
   if (!a || bytes <= a->bytes) return;
   fail("could not allocate ", what, ": it needs ", readable_bytes(bytes), " of memory, but ",
        readable_bytes(a->bytes),

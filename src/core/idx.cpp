@@ -11,6 +11,7 @@
 
 #include "lamina/common.hpp"
 #include "lamina/file_access.hpp"
+#include "lamina/host_memory.hpp"
 
 namespace lamina {
 namespace {
@@ -147,6 +148,8 @@ IdxArray read_idx(const std::string& path) {
                    "values, more than a gzip file of ", file.size(), " bytes can inflate to ",
                    "(at most ", kMaxDeflateRatio, " bytes per byte); the file is damaged");
   }
+  require_host_memory(uint64_t(expected), "the values of IDX data file '" + file.path() + "' (" +
+                                              shape_string(array.dims) + ")");
   // Grow as data arrives, doubling from 64 KiB up to 64 MiB steps, so a lying header cannot
   // make a 12-byte file allocate a terabyte, or even 64 MiB, up front.
   constexpr int64_t kFirstChunk = int64_t(64) << 10;

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "lamina/file_access.hpp"
+#include "lamina/host_memory.hpp"
 
 namespace lamina {
 namespace {
@@ -398,6 +399,9 @@ SnapshotFile read_snapshot_file(const std::string& path, SnapshotKind kind) {
   if (payload < size - minimum)
     fail(file.prefix(), "has ", size - minimum - payload, " unexpected bytes after its checksum (",
          size, " bytes where the header announces ", payload + minimum, ")");
+  // The bytes, then the records decoded from them: about twice the file.
+  require_host_memory(2 * size, "the " + std::string(snapshot_kind_name(kind)) + " file '" +
+                                    path + "' (" + readable_bytes(size) + ")");
   return decode_snapshot(file.read_all(file.size()), kind, path);  // at most the size stat'd
 }
 
@@ -465,13 +469,18 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   }
 }
 
-void check_writable(const std::string& path) {
-  const std::string probe = path + ".probe-" + std::to_string(::getpid());
+void check_writable(const std::string& prefix, int64_t max_iter) {
+  // write_file_atomically's temporary for the last solver state: the longest name written.
+  const std::string probe = prefix + "_iter_" + std::to_string(max_iter) + ".solverstate.tmp-" +
+                            std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int error = errno;
-    fail("cannot write snapshots to ", quoted_path(path + "*"), " in directory ",
-         quoted_path(directory_of(path)), ": ", std::strerror(error), errno_hint(error));
+    fail("cannot write snapshots to ", quoted_path(prefix + "*"), " in directory ",
+         quoted_path(directory_of(prefix)), ": ", std::strerror(error), errno_hint(error),
+         error == ENAMETOOLONG ? " (the longest name it writes is " +
+                                     quoted_path(std::filesystem::path(probe).filename().string()) + ")"
+                               : std::string());
   }
   ::close(fd);
   ::unlink(probe.c_str());

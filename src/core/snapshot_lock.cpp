@@ -64,11 +64,18 @@ std::string read_lock_file(int fd) {
 SnapshotPrefixLock::SnapshotPrefixLock(const std::string& prefix)
     : prefix_(prefix), path_(lock_path(prefix)) {
   LAMINA_REQUIRE(!prefix.empty(), "an empty snapshot prefix cannot be locked");
-  // O_NONBLOCK: opening a FIFO someone put at PATH does not wait for a writer.
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
-  if (fd_ < 0)
+  // O_NONBLOCK: opening a FIFO someone put at PATH does not wait for a writer. O_NOFOLLOW: a
+  // symbolic link at PATH is refused, so its target is never truncated.
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW,
+               0644);
+  if (fd_ < 0) {
+    const int error = errno;
+    if (error == ELOOP)
+      fail("snapshot prefix '", prefix_, "': its lock file '", path_, "' is a symbolic link; "
+           "remove it or choose another snapshot_prefix");
     fail("snapshot prefix '", prefix_, "': cannot open its lock file '", path_, "': ",
-         std::strerror(errno));
+         std::strerror(error));
+  }
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     release();

@@ -95,13 +95,14 @@ void Solver::solve() {
   LOG(INFO) << "Solving " << net_->name() << " on " << backend_.name() << " for "
             << param_.max_iter() << " iterations";
   stopped_early_ = false;
+  stop_snapshot_saved_ = true;
   const std::string& prefix = param_.snapshot_prefix();
   std::optional<SnapshotPrefixLock> lock;  // one run per prefix, held until solve() returns
   if (!prefix.empty()) {
     // Report an unwritable snapshot directory now, not hours from now.
     bool writable = true;
     try {
-      check_writable(prefix);
+      check_writable(prefix, param_.max_iter());
     } catch (const Error& e) {
       if (param_.snapshot_failure() == SolverParameter::STOP)
         fail(e.what(), "; training did not start (with snapshot_failure: CONTINUE it would "
@@ -124,6 +125,10 @@ void Solver::solve() {
   rate_reference_time_ = std::chrono::steady_clock::now();
   step(param_.max_iter() - iter_);
   if (stopped_early_) {
+    // Stopped but not saved (snapshot_failure: CONTINUE): the caller must not report success.
+    LAMINA_REQUIRE(stop_snapshot_saved_, "training stopped at iteration ", iter_, " as requested "
+                   "but its snapshot could not be written: ", snapshot_error_,
+                   last_snapshot_note());
     LOG(INFO) << "Optimization stopped early, at iteration " << iter_ << ".";
     return;
   }
@@ -132,10 +137,7 @@ void Solver::solve() {
   if (test_net_ && param_.test_interval() > 0 && iter_ % param_.test_interval() == 0) test();
   // Trained to the end but not saved: the caller (and the tool's exit status) must know.
   LAMINA_REQUIRE(saved, "training finished at iteration ", iter_, " but its final snapshot "
-                 "could not be written: ", snapshot_error_,
-                 last_snapshot_.empty() ? std::string("; no snapshot is on disk")
-                                        : "; the last snapshot on disk is '" + last_snapshot_.state +
-                                              "' (iteration " + std::to_string(last_snapshot_iter_) + ")");
+                 "could not be written: ", snapshot_error_, last_snapshot_note());
   LOG(INFO) << "Optimization done.";
 }
 
@@ -193,7 +195,7 @@ void Solver::step(int iters) {
         LOG(WARNING) << "Stopping at iteration " << iter_ << " as requested; snapshot_prefix is "
                      << "not set, so no snapshot is written";
       } else {
-        snapshot_as_configured("stop");
+        stop_snapshot_saved_ = snapshot_as_configured("stop");
       }
       stopped_early_ = true;
       return;
@@ -248,7 +250,12 @@ TestResult Solver::test() {
   backend_.zero(test_sums_.bytes(), sums);
   const int iters = param_.test_iter(0);
   for (int i = 0; i < iters; ++i) {
-    test_net_->forward();
+    try {
+      test_net_->forward();
+    } catch (const Error& e) {
+      fail("TEST net, test iteration ", i, " of ", iters, " at training iteration ", iter_, ": ",
+           e.what());
+    }
     int64_t offset = 0;
     for (const std::string& name : test_net_->output_names()) {
       Tensor& out = test_net_->blob(name);

@@ -68,6 +68,12 @@ void Solver::check_protected_files() const {
   }
 }
 
+std::string Solver::last_snapshot_note() const {
+  if (last_snapshot_.empty()) return "; no snapshot is on disk";
+  return "; the last snapshot on disk is '" + last_snapshot_.state + "' (iteration " +
+         std::to_string(last_snapshot_iter_) + ")";
+}
+
 bool Solver::snapshot_as_configured(const char* why) {
   if (!last_snapshot_.empty() && last_snapshot_iter_ == iter_) return true;  // just written
   try {

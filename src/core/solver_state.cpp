@@ -74,6 +74,9 @@ SolverState decode_solver_state(const SnapshotFile& file, const std::string& pat
   s.loss_ring = get("loss_ring", Type::kFloat32, -1).floats;
   s.loss_sum = get("loss_sum", Type::kFloat32, 1).floats[0];
   s.loss_sum_count = get("loss_sum_count", Type::kInt64, 1).ints[0];
+  LAMINA_REQUIRE(s.loss_sum_count >= 0 && s.loss_sum_count <= s.iteration, what,
+                 "loss_sum_count ", s.loss_sum_count, " is not between 0 and the iteration, ",
+                 s.iteration, "; the file is damaged");
 
   // The optimizer's arrays, keyed like the weights.
   for (int k = 0; k < num_optimizer_arrays; ++k) {
