@@ -141,25 +141,38 @@ int main(int argc, char** argv) {
 
     lamina::UpdateArgs sgd;
     sgd.rule = lamina::UpdateRule::kSGD;
-    sgd.lr = 1e-3f;
     sgd.momentum = 0.9f;
     sgd.weight_decay = 1e-4f;
     lamina::UpdateArgs adam = sgd;
     adam.rule = lamina::UpdateRule::kAdam;
     adam.momentum2 = 0.999f;
+    // The step state each update reads: lr 1e-3, and Adam's bias correction at update 10.
+    lamina::StepState host_step;
+    host_step.lr = 1e-3f;
+    lamina::Buffer sgd_step(be, sizeof(lamina::StepState)), adam_step(be, sizeof(lamina::StepState));
+    be.copy_from_host(sizeof(lamina::StepState), &host_step, sgd_step.get());
+    host_step.correction = lamina::adam_correction(adam.momentum, adam.momentum2, 10);
+    be.copy_from_host(sizeof(lamina::StepState), &host_step, adam_step.get());
+    const lamina::StepState* sgd_state = sgd_step.as<lamina::StepState>();
+    const lamina::StepState* adam_state = adam_step.as<lamina::StepState>();
 
     const std::vector<double> ms = median_ms(
         be, repeats,
         {[&] { be.axpby(n, 1e-3f, g.as<float>(), 0.999f, h.as<float>()); },
-         [&] { be.update(sgd, layout, w.as<float>(), g.as<float>(), h.as<float>(), nullptr); },
          [&] {
-           ++adam.step;
-           be.update(adam, layout, w.as<float>(), g.as<float>(), h.as<float>(), h2.as<float>());
+           be.update(sgd, sgd_state, layout, w.as<float>(), g.as<float>(), h.as<float>(),
+                     nullptr);
          },
-         [&] { be.update(sgd, one, w.as<float>(), g.as<float>(), h.as<float>(), nullptr); },
          [&] {
-           ++adam.step;
-           be.update(adam, one, w.as<float>(), g.as<float>(), h.as<float>(), h2.as<float>());
+           be.update(adam, adam_state, layout, w.as<float>(), g.as<float>(), h.as<float>(),
+                     h2.as<float>());
+         },
+         [&] {
+           be.update(sgd, sgd_state, one, w.as<float>(), g.as<float>(), h.as<float>(), nullptr);
+         },
+         [&] {
+           be.update(adam, adam_state, one, w.as<float>(), g.as<float>(), h.as<float>(),
+                     h2.as<float>());
          }});
     const double axpby_ms = ms[0], sgd_ms = ms[1], adam_ms = ms[2];
 

@@ -53,7 +53,6 @@ class CoreForwardingBackend : public Backend {
     inner_.mul(n, a, b, y);
   }
   void dot(int64_t n, const float* x, const float* y, float* r) override { inner_.dot(n, x, y, r); }
-  float dot(int64_t n, const float* x, const float* y) override { return inner_.dot(n, x, y); }
   void activation_forward(Activation f, int64_t n, float s, const float* x, float* y) override {
     inner_.activation_forward(f, n, s, x, y);
   }
@@ -106,9 +105,12 @@ class CoreForwardingBackend : public Backend {
                    int64_t len, int64_t start, float scale, float* dst) override {
     inner_.gather_rows(rows, cols, src, order, len, start, scale, dst);
   }
-  void update(const UpdateArgs& args, const UpdateLayout& layout, float* w, const float* g,
-              float* h, float* h2) override {
-    inner_.update(args, layout, w, g, h, h2);
+  void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
+              float* w, const float* g, float* h, float* h2) override {
+    inner_.update(args, step, layout, w, g, h, h2);
+  }
+  void advance_step(const StepSchedule& schedule, StepState* state) override {
+    inner_.advance_step(schedule, state);
   }
 
  protected:
@@ -180,8 +182,8 @@ class ForwardingBackend : public CoreForwardingBackend {
   bool supports(Operation op) const override { return inner_.supports(op); }
 };
 
-// Counts what crosses between the host and the backend's memory: copy_to_host,
-// copy_from_host, and the host-returning dot (it waits and reads one float back). Wrap any
+// Counts what crosses between the host and the backend's memory: copy_to_host and
+// copy_from_host (no other operation reads or writes host memory on a device). Wrap any
 // backend (CUDA too) to show that a sequence of operations moves nothing, or exactly what.
 class CountingBackend : public ForwardingBackend {
  public:
@@ -191,7 +193,6 @@ class CountingBackend : public ForwardingBackend {
     int64_t bytes = 0;
   };
   using ForwardingBackend::ForwardingBackend;
-  using ForwardingBackend::dot;
 
   const Transfers& transfers() const { return transfers_; }
 
@@ -202,10 +203,6 @@ class CountingBackend : public ForwardingBackend {
   void copy_from_host(size_t bytes, const void* src, void* dst) override {
     count(transfers_.from_host, bytes);
     inner_.copy_from_host(bytes, src, dst);
-  }
-  float dot(int64_t n, const float* x, const float* y) override {
-    count(transfers_.to_host, sizeof(float));
-    return inner_.dot(n, x, y);
   }
 
  private:

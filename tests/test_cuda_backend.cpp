@@ -288,7 +288,7 @@ TEST_F(CudaBackendTest, LevelOne) {
       Floats y(be, random_values(len, 15, 0, 1));
       Floats result(be, 1, std::nanf(""));
       be.dot(len, x.get(), y.get(), result.get());
-      return {{"dot", result.host()}, {"dot to the host", {be.dot(len, x.get(), y.get())}}};
+      return {{"dot", result.host()}};
     }, 2.4e-7);
   }
 }
@@ -552,18 +552,21 @@ TEST_F(CudaBackendTest, UpdateEveryRule) {
         const DeviceLayout layout(be, segments, n);
         UpdateArgs args;
         args.rule = rule;
-        args.lr = 0.01f;
         args.momentum = 0.9f;
         args.momentum2 = rule == UpdateRule::kRMSProp ? 0.98f : 0.999f;
         args.delta = 1e-8f;
         args.weight_decay = 5e-3f;
         args.regularization = reg;
-        args.grad_scale = 0.5f;
+        TestStep t;
+        t.lr = 0.01f;
+        t.grad_scale = 0.5f;
+        DeviceStep state(be);
         for (int step = 1; step <= 3; ++step) {
           std::vector<float> grads = random_values(n, 100 + step);
           be.copy_from_host(sizeof(float) * n, grads.data(), g.get());
-          args.step = step;
-          be.update(args, layout.layout, w.get(), g.get(), h.get(), h2.get());
+          t.step = step;
+          be.update(args, state.set(args, t), layout.layout, w.get(), g.get(), h.get(),
+                    h2.get());
         }
         if (&be != &native_) cuda_weights = w.host();
         return {{"weights", w.host()}, {"history", h.host()}, {"history2", h2.host()}};
@@ -573,6 +576,44 @@ TEST_F(CudaBackendTest, UpdateEveryRule) {
         EXPECT_EQ(cuda_weights[i], w0[i]) << "padding element " << i << " was changed";
       }
     }
+  }
+}
+
+// advance_step on the device: the same rates, bias corrections and clipped gradient scales
+// as the Native backend's, iteration after iteration, for every policy (multistep reading its
+// stepvalues from device memory). The schedules evaluate in double on both, so the floats
+// agree to the last bit or one ulp (the device's pow and exp against the host's).
+TEST_F(CudaBackendTest, AdvanceStepMatchesNative) {
+  const std::vector<int32_t> stepvalues = {3, 7, 20};
+  for (LrPolicy policy : {LrPolicy::kFixed, LrPolicy::kStep, LrPolicy::kMultistep,
+                          LrPolicy::kExp, LrPolicy::kInv, LrPolicy::kPoly, LrPolicy::kSigmoid,
+                          LrPolicy::kCosine}) {
+    SCOPED_TRACE(int(policy));
+    expect_same([&](Backend& be) -> Outputs {
+      Array<int32_t> steps(be, stepvalues);
+      StepSchedule schedule;
+      schedule.lr = {policy, 0.05, 0.9, 0.75, 5, 30, int(stepvalues.size()), steps.get()};
+      schedule.iter_scale = 0.5f;
+      schedule.clip = 3.0f;
+      schedule.adam = true;
+      schedule.beta1 = 0.9f;
+      schedule.beta2 = 0.999f;
+      DeviceStep state(be);
+      state.set(UpdateArgs{}, TestStep{});
+      std::vector<float> lr, correction, scale, iter;
+      for (int i = 0; i < 40; ++i) {
+        const float sumsq = float(i * i);  // norms 0 to 19.5: below and above the threshold
+        be.copy_from_host(sizeof(float), &sumsq, &state.get()->grad_sumsq);
+        be.advance_step(schedule, state.get());
+        StepState host;
+        be.copy_to_host(sizeof(StepState), state.get(), &host);
+        lr.push_back(host.lr);
+        correction.push_back(host.correction);
+        scale.push_back(host.grad_scale);
+        iter.push_back(float(host.iter));
+      }
+      return {{"lr", lr}, {"correction", correction}, {"grad_scale", scale}, {"iter", iter}};
+    }, 2.4e-7);
   }
 }
 
@@ -590,12 +631,15 @@ TEST_F(CudaBackendTest, UpdateOfManySegments) {
       const DeviceLayout layout(be, segments, n);
       UpdateArgs args;
       args.rule = rule;
-      args.lr = 0.01f;
       args.momentum = 0.9f;
       args.weight_decay = 5e-3f;
+      TestStep t;
+      t.lr = 0.01f;
+      DeviceStep state(be);
       for (int step = 1; step <= 2; ++step) {
-        args.step = step;
-        be.update(args, layout.layout, w.get(), g.get(), h.get(), h2.get());
+        t.step = step;
+        be.update(args, state.set(args, t), layout.layout, w.get(), g.get(), h.get(),
+                  h2.get());
       }
       if (&be != &native_) cuda_weights = w.host();
       return {{"weights", w.host()}, {"history", h.host()}, {"history2", h2.host()}};
@@ -631,7 +675,8 @@ TEST_F(CudaBackendTest, ScalarReductionsAreBitIdenticalRunToRun) {
     std::vector<float> results = loss.host();
     cuda_->euclidean_loss_forward(rows, cols, x.get(), prob.get(), diff.get(), loss.get());
     results.push_back(loss.host()[0]);
-    results.push_back(cuda_->dot(n, x.get(), prob.get()));
+    cuda_->dot(n, x.get(), prob.get(), norm.get());
+    results.push_back(norm.host()[0]);
     if (run == 0) {
       first = results;
     } else {
@@ -653,11 +698,17 @@ TEST_F(CudaBackendTest, KernelsAloneMakeNoTransfers) {
   Array<int32_t> order(be, std::vector<int32_t>(rows, 0));
   be.synchronize();
 
+  UpdateArgs args;
+  args.momentum = 0.9f;
+  StepSchedule schedule;  // lr 0.1 fixed, clipping at norm 1
+  schedule.lr.base_lr = 0.1;
+  schedule.clip = 1.0f;
+  DeviceStep state(be);
+  state.set(args, TestStep{});
+  be.synchronize();
+
   const CountingBackend::Transfers before = be.transfers();
   LossOptions options;
-  UpdateArgs args;
-  args.lr = 0.1f;
-  args.momentum = 0.9f;
   for (int step = 1; step <= 3; ++step) {
     be.gather_rows(rows, in, data.get(), order.get(), rows, 0, 1.0f / 255, x.get());
     be.gemm(Transpose::kNo, Transpose::kYes, rows, cols, in, 1.0f, x.get(), w.get(), 0.0f,
@@ -674,8 +725,9 @@ TEST_F(CudaBackendTest, KernelsAloneMakeNoTransfers) {
     be.zero(sizeof(float) * cols * in, gw.get());
     be.gemm(Transpose::kYes, Transpose::kNo, cols, in, rows, 1.0f, dx.get(), x.get(), 1.0f,
             gw.get());
-    args.step = step;
-    be.update(args, layout.layout, w.get(), gw.get(), h.get(), nullptr);
+    be.dot(cols * in, gw.get(), gw.get(), &state.get()->grad_sumsq);
+    be.advance_step(schedule, state.get());
+    be.update(args, state.get(), layout.layout, w.get(), gw.get(), h.get(), nullptr);
     be.dot(cols * in, w.get(), gw.get(), loss.get());
   }
   be.synchronize();

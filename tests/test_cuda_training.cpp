@@ -452,7 +452,10 @@ TEST_P(TrainingOnDevice, SteadyStateIterationsMakeNoTransfers) {
   m.solver.set_display(0);
   CountingBackend counting(*backend_);
   using Transfers = CountingBackend::Transfers;
-  {
+  // Gradient clipping computes its norm and scale in backend memory too.
+  for (double clip : {0.0, 0.5}) {
+    SCOPED_TRACE(clip > 0 ? "clip_gradients 0.5" : "no clipping");
+    m.solver.set_clip_gradients(clip);
     Solver solver(m.solver, m.net, counting, m.net_path);
     const Transfers setup = counting.transfers();
     EXPECT_GT(setup.from_host, 0) << "uploading the data set and the weights is counted";
@@ -463,6 +466,7 @@ TEST_P(TrainingOnDevice, SteadyStateIterationsMakeNoTransfers) {
     EXPECT_EQ(counting.transfers().from_host, before.from_host);
     EXPECT_EQ(counting.transfers().bytes, before.bytes);
   }
+  m.solver.clear_clip_gradients();
   // Displaying reads the loss ring (smoothed_loss: one copy_to_host of average_loss floats).
   m.solver.set_display(10);
   Solver solver(m.solver, m.net, counting, m.net_path);

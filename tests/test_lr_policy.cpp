@@ -8,6 +8,7 @@
 
 #include "lamina/io.hpp"
 #include "lamina/lr_policy.hpp"
+#include "lamina/native_backend.hpp"
 #include "test_util.hpp"
 
 namespace lamina {
@@ -28,6 +29,27 @@ TEST_P(LrPolicyValues, MatchTheClosedFormAtEachIteration) {
   const SolverParameter p = parse_solver_parameter(c.settings, c.name);
   for (const auto& [iter, rate] : c.expected)  // base_lr and gamma are floats: 1e-6
     EXPECT_NEAR(learning_rate(p, iter), rate, 1e-12 + 1e-6 * rate) << "iteration " << iter;
+}
+
+// The backend's advance of the step state follows the same schedule: at each iteration the
+// rate is the policy's, the iteration advances by one, Adam's bias correction is for the
+// next update, and the gradient scale is 1/iter_size, clipped to clip_gradients.
+TEST_P(LrPolicyValues, AdvanceStepFollowsTheSchedule) {
+  const PolicyCase& c = GetParam();
+  const SolverParameter p = parse_solver_parameter(c.settings, c.name);
+  NativeBackend backend;
+  StepSchedule schedule;
+  schedule.lr = lr_schedule(p);  // host memory: the Native backend's
+  for (const auto& [iter, rate] : c.expected) {
+    StepState state;
+    state.iter = iter;
+    backend.advance_step(schedule, &state);
+    EXPECT_EQ(state.lr, float(learning_rate(p, iter))) << "iteration " << iter;
+    EXPECT_NEAR(state.lr, rate, 1e-12 + 1e-6 * rate) << "iteration " << iter;
+    EXPECT_EQ(state.iter, iter + 1);
+    EXPECT_EQ(state.grad_scale, 1.0f);
+    EXPECT_EQ(state.correction, 0.0f);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -74,6 +96,34 @@ INSTANTIATE_TEST_SUITE_P(
                    "base_lr: 0.2 lr_policy: 'cosine' max_iter: 100",
                    {{0, 0.2}, {25, 0.1 * (1 + std::sqrt(0.5))}, {50, 0.1}, {100, 0}, {200, 0}}}),
     [](const ::testing::TestParamInfo<PolicyCase>& info) { return std::string(info.param.name); });
+
+TEST(AdvanceStep, ScalesForIterSizeClipsAndCorrectsForAdam) {
+  NativeBackend backend;
+  StepSchedule schedule;
+  schedule.lr.base_lr = 0.1;
+  schedule.iter_scale = 0.25f;  // iter_size 4
+  StepState state;
+  state.iter = 9;
+  backend.advance_step(schedule, &state);
+  EXPECT_EQ(state.grad_scale, 0.25f);  // no clipping: grad_sumsq is not read
+  // Clipping at 2: the averaged gradient's norm sqrt(400) / 4 = 5 is scaled to 2.
+  schedule.clip = 2.0f;
+  state.grad_sumsq = 400.0f;
+  backend.advance_step(schedule, &state);
+  EXPECT_FLOAT_EQ(state.grad_scale, 0.25f * 2.0f / 5.0f);
+  state.grad_sumsq = 16.0f;  // norm 1: below the threshold, unchanged
+  backend.advance_step(schedule, &state);
+  EXPECT_EQ(state.grad_scale, 0.25f);
+  // Adam's correction for update t = iter + 1 = 13.
+  schedule.adam = true;
+  schedule.beta1 = 0.9f;
+  schedule.beta2 = 0.999f;
+  backend.advance_step(schedule, &state);
+  const double t = 13;
+  EXPECT_FLOAT_EQ(state.correction, float(std::sqrt(1 - std::pow(double(0.999f), t)) /
+                                          (1 - std::pow(double(0.9f), t))));
+  EXPECT_EQ(state.iter, 13);
+}
 
 TEST(LrPolicy, NamesAndFieldsOfEveryPolicy) {
   struct Expected {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lamina/backend.hpp"
+#include "lamina/tensor.hpp"
 
 namespace lamina::testing {
 
@@ -27,6 +28,40 @@ inline std::vector<ParamSegment> varied_segments(int count, int64_t small_max, i
   }
   return segments;
 }
+
+// The values that change from one update to the next, as a test gives them, and the
+// StepState they make (in host memory; upload it for a device backend).
+struct TestStep {
+  float lr = 0;
+  float grad_scale = 1;
+  int64_t step = 1;  // 1-based update count
+};
+
+inline StepState step_state(const UpdateArgs& a, const TestStep& t) {
+  StepState s;
+  s.iter = t.step - 1;
+  s.lr = t.lr;
+  s.grad_scale = t.grad_scale;
+  const bool adam = a.rule == UpdateRule::kAdam || a.rule == UpdateRule::kAdamW;
+  s.correction = adam ? adam_correction(a.momentum, a.momentum2, t.step) : 0.0f;
+  return s;
+}
+
+// A StepState in a backend's memory, set from the host before each update a test makes.
+class DeviceStep {
+ public:
+  explicit DeviceStep(Backend& be) : be_(be), buffer_(be, sizeof(StepState)) {}
+  const StepState* set(const UpdateArgs& a, const TestStep& t) {
+    const StepState s = step_state(a, t);
+    be_.copy_from_host(sizeof(StepState), &s, buffer_.get());
+    return get();
+  }
+  StepState* get() { return buffer_.as<StepState>(); }
+
+ private:
+  Backend& be_;
+  Buffer buffer_;
+};
 
 // The arena segments were laid out in: the end of the last one's blocks, padding included.
 inline int64_t arena_size(const std::vector<ParamSegment>& segments) {

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "lamina/step_state.hpp"
+
 namespace lamina {
 
 enum class Transpose { kNo, kYes };
@@ -54,17 +56,16 @@ std::vector<int32_t> block_segments(const std::vector<ParamSegment>& segments, i
 enum class UpdateRule { kSGD, kNesterov, kAdam, kAdamW, kRMSProp, kAdaGrad };
 enum class Regularization { kL2, kL1 };
 
-// Scalars of one fused solver update; passed by value to the kernel, never uploaded.
+// The constants of a fused solver update: the same every iteration, passed by value. What
+// changes from one iteration to the next (the rate, Adam's bias correction, the gradient
+// scale) is read from a StepState in backend memory (step_state.hpp).
 struct UpdateArgs {
   UpdateRule rule = UpdateRule::kSGD;
-  float lr = 0;              // the policy's rate at this iteration (before lr_mult)
   float momentum = 0;        // SGD/Nesterov momentum, Adam's beta1
   float momentum2 = 0.999f;  // Adam's beta2, RMSProp's decay
   float delta = 1e-8f;       // Adam, RMSProp, AdaGrad epsilon
   float weight_decay = 0;    // before decay_mult
   Regularization regularization = Regularization::kL2;
-  float grad_scale = 1;      // 1/iter_size times the gradient-clipping factor
-  int64_t step = 1;          // 1-based update count (Adam's bias correction)
 };
 
 // A 2-D convolution, NCHW. x (n, c, h, w); weight (k, c / groups, kh, kw); bias (k);
@@ -136,8 +137,6 @@ class Backend {
   // result[0] = x . y, accumulated in double and rounded once; result is in this backend's
   // memory (no wait).
   virtual void dot(int64_t n, const float* x, const float* y, float* result) = 0;
-  // The same dot product returned to the host: waits. For gradient clipping's norm.
-  virtual float dot(int64_t n, const float* x, const float* y) = 0;
 
   // ---- neural-network operations ----
   // Labels are class indices stored as floats (the integer part counts), in [0, cols)
@@ -263,21 +262,27 @@ class Backend {
   // hold the arena's layout.n floats; each element finds its segment through the block table
   // (layout.block_segment[i / kArenaBlock]), so the pass costs the same however many
   // parameters there are. Elements outside every segment (padding) are left untouched.
-  // Adam's bias correction is computed once per call, in double. Per element, with
+  // step (backend memory) holds lr, grad_scale and Adam's bias correction c =
+  // sqrt(1 - b2^t) / (1 - b1^t) for this update (advance_step wrote them). Per element, with
   // lr_i = lr * lr_mult, decay_i = weight_decay * decay_mult, reg(w) = w (L2) or sign(w)
   // (L1, sign(0) = 0), and g' = grad_scale * g + decay_i * reg(w):
   //   SGD:      h = momentum h + lr_i g';  w -= h                       (Caffe's form)
   //   Nesterov: h_old = h; h = momentum h + lr_i g';  w -= (1 + momentum) h - momentum h_old
   //   Adam:     m = history, v = history2, b1 = momentum, b2 = momentum2, t = step:
   //             m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;
-  //             w -= lr_i * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + delta)
+  //             w -= lr_i * c * m / (sqrt(v) + delta)
   //   AdamW:    as Adam but g' = grad_scale * g (no decay term), and the step is
-  //             w -= lr_i * (sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + delta) + decay_i w)
+  //             w -= lr_i * (c * m / (sqrt(v) + delta) + decay_i w)
   //   RMSProp:  h = momentum2 h + (1 - momentum2) g'^2;  w -= lr_i g' / (sqrt(h) + delta)
   //   AdaGrad:  h += g'^2;  w -= lr_i g' / (sqrt(h) + delta)
   // history2 is used by Adam and AdamW only (may be null otherwise).
-  virtual void update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
-                      const float* grads, float* history, float* history2) = 0;
+  virtual void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
+                      float* weights, const float* grads, float* history,
+                      float* history2) = 0;
+  // advance_step_values (step_state.hpp) on *state, in backend memory: the rate, bias
+  // correction and gradient scale of the update for state->iter, then state->iter + 1. With
+  // schedule.clip > 0 it reads state->grad_sumsq, which the caller has written (dot).
+  virtual void advance_step(const StepSchedule& schedule, StepState* state) = 0;
 
  protected:
   // Throws the Error of an optional operation this backend does not implement.

@@ -4,11 +4,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define LAMINA_HOST_DEVICE __host__ __device__
-#else
-#define LAMINA_HOST_DEVICE
-#endif
+#include "lamina/host_device.hpp"
 
 namespace lamina {
 

@@ -19,10 +19,9 @@
 #include <string>
 
 #include "lamina.pb.h"
+#include "lamina/step_state.hpp"
 
 namespace lamina {
-
-enum class LrPolicy { kFixed, kStep, kMultistep, kExp, kInv, kPoly, kSigmoid, kCosine };
 
 // "fixed, step, multistep, exp, inv, poly, sigmoid or cosine", for messages.
 extern const char* const kLrPolicyNames;
@@ -39,5 +38,10 @@ LrPolicyFields lr_policy_fields(LrPolicy policy);
 // The learning rate at iteration iter (0 is the first), in double. Throws an Error for an
 // unknown lr_policy; other values are taken as they are (check them first).
 double learning_rate(const SolverParameter& p, int64_t iter);
+
+// The schedule p describes, as a backend evaluates it (step_state.hpp). Its stepvalues point
+// into p, which must outlive it; a solver copies them to backend memory. Throws an Error for
+// an unknown lr_policy.
+LrSchedule lr_schedule(const SolverParameter& p);
 
 }  // namespace lamina

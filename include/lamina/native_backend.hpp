@@ -28,7 +28,6 @@ class NativeBackend final : public Backend {
   void scal(int64_t n, float alpha, float* x) override;
   void mul(int64_t n, const float* a, const float* b, float* y) override;
   void dot(int64_t n, const float* x, const float* y, float* result) override;
-  float dot(int64_t n, const float* x, const float* y) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;
@@ -92,8 +91,9 @@ class NativeBackend final : public Backend {
                             float* dx) override;
   bool supports(Operation) const override { return true; }  // every optional operation
 
-  void update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
-              const float* grads, float* history, float* history2) override;
+  void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
+              float* weights, const float* grads, float* history, float* history2) override;
+  void advance_step(const StepSchedule& schedule, StepState* state) override;
 };
 
 }  // namespace lamina

@@ -152,6 +152,11 @@ class Solver {
   SolverParameter param_;
   Backend& backend_;
   UpdateArgs args_;
+  StepSchedule schedule_;  // advances step_state_ each iteration
+  Buffer stepvalues_;      // the multistep schedule's stepvalues, in backend memory
+  Buffer step_state_;      // a StepState: the iteration and the next update's lr and scale
+  // Writes iter_ into the step state (construction, restore); the rest it computes itself.
+  void upload_step_state();
   std::unique_ptr<Net> net_;
   std::unique_ptr<Net> test_net_;
   int iter_ = 0;

@@ -1,8 +1,5 @@
 #include "lamina/lr_policy.hpp"
 
-#include <algorithm>
-#include <cmath>
-
 #include "lamina/common.hpp"
 
 namespace lamina {
@@ -36,33 +33,23 @@ LrPolicyFields lr_policy_fields(LrPolicy policy) {
   return uses;
 }
 
-double learning_rate(const SolverParameter& p, int64_t iter) {
+LrSchedule lr_schedule(const SolverParameter& p) {
   const std::optional<LrPolicy> policy = find_lr_policy(p.lr_policy());
   if (!policy) fail("lr_policy '", p.lr_policy(), "' is unknown; use ", kLrPolicyNames);
-  const double base = p.base_lr();
-  const double it = double(iter);
-  switch (*policy) {
-    case LrPolicy::kFixed:
-      return base;
-    case LrPolicy::kStep:
-      return base * std::pow(p.gamma(), std::floor(it / p.stepsize()));
-    case LrPolicy::kMultistep: {
-      int passed = 0;
-      while (passed < p.stepvalue_size() && iter >= p.stepvalue(passed)) ++passed;
-      return base * std::pow(p.gamma(), passed);
-    }
-    case LrPolicy::kExp:
-      return base * std::pow(p.gamma(), it);
-    case LrPolicy::kInv:
-      return base * std::pow(1.0 + p.gamma() * it, -p.power());
-    case LrPolicy::kPoly:
-      return base * std::pow(1.0 - std::min(it / p.max_iter(), 1.0), p.power());
-    case LrPolicy::kSigmoid:
-      return base / (1.0 + std::exp(-p.gamma() * (it - p.stepsize())));
-    case LrPolicy::kCosine:
-      return base * 0.5 * (1.0 + std::cos(M_PI * std::min(it / p.max_iter(), 1.0)));
-  }
-  fail("lr_policy '", p.lr_policy(), "' is unknown");  // unreachable: every enumerator returns
+  LrSchedule s;
+  s.policy = *policy;
+  s.base_lr = p.base_lr();
+  s.gamma = p.gamma();
+  s.power = p.power();
+  s.stepsize = p.stepsize();
+  s.max_iter = p.max_iter();
+  s.num_stepvalues = p.stepvalue_size();
+  s.stepvalues = p.stepvalue().data();
+  return s;
+}
+
+double learning_rate(const SolverParameter& p, int64_t iter) {
+  return schedule_rate(lr_schedule(p), iter);
 }
 
 }  // namespace lamina

@@ -75,6 +75,27 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   ring_host_.assign(param.average_loss() + 1, 0.0f);
   loss_sum_ = Buffer(backend, sizeof(float));
   backend.zero(sizeof(float), loss_sum_.get());
+
+  // The step state and what advances it: the schedule (its stepvalues in backend memory),
+  // iter_size, clipping and Adam's betas.
+  schedule_.lr = lr_schedule(param_);
+  stepvalues_ = Buffer(backend, sizeof(int32_t) * param_.stepvalue_size());
+  if (param_.stepvalue_size() > 0)
+    backend.copy_from_host(stepvalues_.bytes(), param_.stepvalue().data(), stepvalues_.get());
+  schedule_.lr.stepvalues = stepvalues_.as<int32_t>();
+  schedule_.iter_scale = 1.0f / param_.iter_size();
+  schedule_.clip = param_.clip_gradients();
+  schedule_.adam = adam;
+  schedule_.beta1 = args_.momentum;
+  schedule_.beta2 = args_.momentum2;
+  step_state_ = Buffer(backend, sizeof(StepState));
+  upload_step_state();
+}
+
+void Solver::upload_step_state() {
+  StepState state;
+  state.iter = iter_;
+  backend_.copy_from_host(sizeof(StepState), &state, step_state_.get());
 }
 
 std::unique_ptr<Solver> Solver::from_file(const std::string& solver_path, Backend& backend) {
@@ -228,19 +249,12 @@ void Solver::apply_update() {
   ParamArena& arena = net_->arena();
   const int64_t n = arena.count();
   if (n == 0) return;
-  args_.lr = learning_rate();
-  args_.step = iter_ + 1;
-  args_.grad_scale = 1.0f / param_.iter_size();
-  if (param_.clip_gradients() > 0) {
-    // The global norm needs one device-to-host read; only when clipping is on.
-    const float norm =
-        std::sqrt(backend_.dot(n, arena.diff(), arena.diff())) * args_.grad_scale;
-    if (norm > param_.clip_gradients()) {
-      args_.grad_scale *= param_.clip_gradients() / norm;
-      VLOG(1) << "clipping gradients: norm " << norm << " > " << param_.clip_gradients();
-    }
-  }
-  backend_.update(args_, arena.layout(), arena.data(), arena.diff(), arena.state(0),
+  StepState* step = step_state_.as<StepState>();
+  // The clipping norm is summed, and the rate, correction and scale computed, in backend
+  // memory: nothing is read back.
+  if (param_.clip_gradients() > 0) backend_.dot(n, arena.diff(), arena.diff(), &step->grad_sumsq);
+  backend_.advance_step(schedule_, step);
+  backend_.update(args_, step, arena.layout(), arena.data(), arena.diff(), arena.state(0),
                   arena.num_state() > 1 ? arena.state(1) : nullptr);
 }
 

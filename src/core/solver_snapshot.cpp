@@ -241,6 +241,7 @@ void Solver::restore(const std::string& state_path) {
   backend_.copy_from_host(sizeof(float), &state.loss_sum, loss_sum_.get());
   loss_sum_count_ = state.loss_sum_count;
   iter_ = int(state.iteration);
+  upload_step_state();
   if (state.seed != seed_)
     LOG(INFO) << "the snapshot's seed " << state.seed << " replaces " << seed_
               << " (the layers' random states come from the snapshot)";

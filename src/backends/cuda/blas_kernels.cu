@@ -67,19 +67,6 @@ void CudaBackend::dot(int64_t n, const float* x, const float* y, float* result) 
   launch_dot(s, n, x, y, partial, result);
 }
 
-// The device dot into the workspace, after its partial sums, then read back: waits.
-float CudaBackend::dot(int64_t n, const float* x, const float* y) {
-  const cudaStream_t s = on_device();
-  const unsigned blocks = dot_blocks(n);
-  auto* partial = static_cast<double*>(context_.workspace(sizeof(double) * (blocks + 1)));
-  auto* result = reinterpret_cast<float*>(partial + blocks);
-  launch_dot(s, n, x, y, partial, result);
-  float host = 0;
-  LAMINA_CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(float), cudaMemcpyDeviceToHost, s));
-  LAMINA_CUDA_CHECK(cudaStreamSynchronize(s));
-  return host;
-}
-
 void CudaBackend::fill(int64_t n, float value, float* x) {
   const cudaStream_t s = on_device();
   if (n <= 0) return;

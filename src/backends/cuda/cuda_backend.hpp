@@ -58,7 +58,6 @@ class CudaBackend final : public Backend {
   void scal(int64_t n, float alpha, float* x) override;
   void mul(int64_t n, const float* a, const float* b, float* y) override;
   void dot(int64_t n, const float* x, const float* y, float* result) override;
-  float dot(int64_t n, const float* x, const float* y) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;
@@ -123,8 +122,9 @@ class CudaBackend final : public Backend {
   // Every optional operation: convolution runs through cuDNN, or im2col + cuBLAS without it.
   bool supports(Operation) const override { return true; }
 
-  void update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
-              const float* grads, float* history, float* history2) override;
+  void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
+              float* weights, const float* grads, float* history, float* history2) override;
+  void advance_step(const StepSchedule& schedule, StepState* state) override;
 
  private:
   // Convolution by im2col + cuBLAS (conv_kernels.cu), one image at a time with the column

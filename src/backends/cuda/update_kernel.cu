@@ -1,15 +1,16 @@
 // The fused solver update: one launch per call, one pass over the whole parameter arena.
 //
 // weights, grads, history, history2 (layout.n) are the arenas; the layout's segment and block
-// tables live in device memory and are read by the kernel, so a step uploads nothing: the
-// scalars (lr, momentum, ...) travel as kernel arguments. One thread per element (grid-stride
+// tables and the step state (lr, Adam's bias correction, the gradient scale) live in device
+// memory and are read by the kernel, so its arguments are the same every iteration and a
+// step uploads nothing; the rule's constants (momentum, ...) travel as kernel arguments.
+// advance_step is a one-thread kernel that runs step_state.hpp's advance_step_values there.
+// One thread per element (grid-stride
 // loop): element i finds its segment through block_segment[i / kArenaBlock] (a warp's 32
 // elements share one block, so the lookups are broadcasts), and elements past the segment's
 // end (padding) are left as they are. The cost does not grow with the number of parameters.
 // The formulas are backend.hpp's, written in the same order as the Native backend's so
 // results agree to float rounding.
-#include <cmath>
-
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
@@ -18,38 +19,36 @@
 namespace lamina::cuda_detail {
 namespace {
 
-// UpdateArgs as the kernel needs it, plus Adam's bias correction computed once on the host.
-struct UpdateScalars {
-  float lr;
+// UpdateArgs as the kernel needs it.
+struct UpdateConstants {
   float momentum;
   float momentum2;
   float delta;
   float weight_decay;
-  float grad_scale;
-  float correction;  // sqrt(1 - b2^t) / (1 - b1^t)
   bool l1;
 };
 
 template <UpdateRule kRule>
-__global__ void update_kernel(UpdateScalars a, int64_t n,
+__global__ void update_kernel(UpdateConstants a, const StepState* __restrict__ step, int64_t n,
                               const ParamSegment* __restrict__ segments,
                               const int32_t* __restrict__ block_segment, float* w,
                               const float* g, float* h, float* h2) {
+  const float step_lr = step->lr, grad_scale = step->grad_scale, correction = step->correction;
   LAMINA_GRID_STRIDE_LOOP(i, n) {
     const int32_t s = block_segment[i / kArenaBlock];
     if (s < 0) continue;  // a block of padding only
     const ParamSegment seg = segments[s];
     if (i >= seg.offset + seg.count) continue;  // the padding after the segment's last element
-    const float lr = a.lr * seg.lr_mult;
+    const float lr = step_lr * seg.lr_mult;
     const float decay = a.weight_decay * seg.decay_mult;
     const float wi = w[i];
     float gi;
     if constexpr (kRule == UpdateRule::kAdamW) {
-      gi = a.grad_scale * g[i];
+      gi = grad_scale * g[i];
     } else {
       // g' = grad_scale g + decay reg(w), reg(w) = w (L2) or sign(w) (L1, sign(0) = 0)
       const float reg = a.l1 ? static_cast<float>((wi > 0) - (wi < 0)) : wi;
-      gi = a.grad_scale * g[i] + decay * reg;
+      gi = grad_scale * g[i] + decay * reg;
     }
     if constexpr (kRule == UpdateRule::kSGD) {
       const float hi = a.momentum * h[i] + lr * gi;
@@ -65,13 +64,13 @@ __global__ void update_kernel(UpdateScalars a, int64_t n,
       const float v = a.momentum2 * h2[i] + (1.0f - a.momentum2) * gi * gi;
       h[i] = m;
       h2[i] = v;
-      w[i] = wi - lr * a.correction * m / (sqrtf(v) + a.delta);
+      w[i] = wi - lr * correction * m / (sqrtf(v) + a.delta);
     } else if constexpr (kRule == UpdateRule::kAdamW) {
       const float m = a.momentum * h[i] + (1.0f - a.momentum) * gi;
       const float v = a.momentum2 * h2[i] + (1.0f - a.momentum2) * gi * gi;
       h[i] = m;
       h2[i] = v;
-      w[i] = wi - lr * (a.correction * m / (sqrtf(v) + a.delta) + decay * wi);
+      w[i] = wi - lr * (correction * m / (sqrtf(v) + a.delta) + decay * wi);
     } else if constexpr (kRule == UpdateRule::kRMSProp) {
       const float hi = a.momentum2 * h[i] + (1.0f - a.momentum2) * gi * gi;
       h[i] = hi;
@@ -85,38 +84,31 @@ __global__ void update_kernel(UpdateScalars a, int64_t n,
 }
 
 template <UpdateRule kRule>
-void launch_update(cudaStream_t stream, const UpdateScalars& scalars, const UpdateLayout& layout,
-                   float* w, const float* g, float* h, float* h2) {
+void launch_update(cudaStream_t stream, const UpdateConstants& constants, const StepState* step,
+                   const UpdateLayout& layout, float* w, const float* g, float* h, float* h2) {
   update_kernel<kRule><<<elementwise_grid(layout.n), kBlock, 0, stream>>>(
-      scalars, layout.n, layout.segments, layout.block_segment, w, g, h, h2);
+      constants, step, layout.n, layout.segments, layout.block_segment, w, g, h, h2);
   LAMINA_CUDA_LAUNCHED(update_kernel);
+}
+
+__global__ void advance_step_kernel(StepSchedule schedule, StepState* state) {
+  advance_step_values(schedule, *state);
 }
 
 }  // namespace
 
-void CudaBackend::update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
-                         const float* grads, float* history, float* history2) {
+void CudaBackend::update(const UpdateArgs& args, const StepState* step,
+                         const UpdateLayout& layout, float* weights, const float* grads,
+                         float* history, float* history2) {
   const cudaStream_t s = on_device();
   if (layout.n <= 0 || layout.num_segments <= 0) return;
   const bool adam = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW;
   LAMINA_REQUIRE(!adam || history2 != nullptr, "CudaBackend::update: Adam and AdamW need ",
                  "history2 (the second-moment arena)");
-  UpdateScalars scalars{};
-  scalars.lr = args.lr;
-  scalars.momentum = args.momentum;
-  scalars.momentum2 = args.momentum2;
-  scalars.delta = args.delta;
-  scalars.weight_decay = args.weight_decay;
-  scalars.grad_scale = args.grad_scale;
-  scalars.l1 = args.regularization == Regularization::kL1;
-  // In double, once per call, exactly as the Native backend computes it.
-  scalars.correction =
-      adam ? static_cast<float>(
-                 std::sqrt(1.0 - std::pow(double(args.momentum2), double(args.step))) /
-                 (1.0 - std::pow(double(args.momentum), double(args.step))))
-           : 0.0f;
-  void (*launch)(cudaStream_t, const UpdateScalars&, const UpdateLayout&, float*, const float*,
-                 float*, float*) = nullptr;
+  const UpdateConstants constants{args.momentum, args.momentum2, args.delta, args.weight_decay,
+                                  args.regularization == Regularization::kL1};
+  void (*launch)(cudaStream_t, const UpdateConstants&, const StepState*, const UpdateLayout&,
+                 float*, const float*, float*, float*) = nullptr;
   switch (args.rule) {
     case UpdateRule::kSGD: launch = launch_update<UpdateRule::kSGD>; break;
     case UpdateRule::kNesterov: launch = launch_update<UpdateRule::kNesterov>; break;
@@ -125,7 +117,12 @@ void CudaBackend::update(const UpdateArgs& args, const UpdateLayout& layout, flo
     case UpdateRule::kRMSProp: launch = launch_update<UpdateRule::kRMSProp>; break;
     case UpdateRule::kAdaGrad: launch = launch_update<UpdateRule::kAdaGrad>; break;
   }
-  launch(s, scalars, layout, weights, grads, history, history2);
+  launch(s, constants, step, layout, weights, grads, history, history2);
+}
+
+void CudaBackend::advance_step(const StepSchedule& schedule, StepState* state) {
+  advance_step_kernel<<<1, 1, 0, on_device()>>>(schedule, state);
+  LAMINA_CUDA_LAUNCHED(advance_step_kernel);
 }
 
 }  // namespace lamina::cuda_detail

@@ -240,12 +240,6 @@ void NativeBackend::dot(int64_t n, const float* x, const float* y, float* result
   result[0] = static_cast<float>(serial_sum(partial));
 }
 
-float NativeBackend::dot(int64_t n, const float* x, const float* y) {
-  float result = 0;
-  dot(n, x, y, &result);  // host memory already
-  return result;
-}
-
 // ---------------------------------------------------------------------------------------
 // Neural-network operations
 // ---------------------------------------------------------------------------------------

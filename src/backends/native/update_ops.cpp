@@ -18,7 +18,7 @@ using native::parallel_ranges;
 // The scalars of one update call, Adam's bias correction included.
 struct UpdateScalars {
   float lr, momentum, momentum2, delta, weight_decay, grad_scale;
-  float correction;  // sqrt(1 - b2^t) / (1 - b1^t), computed once per call in double
+  float correction;  // sqrt(1 - b2^t) / (1 - b1^t), from the step state
   Regularization reg;
 };
 
@@ -104,19 +104,16 @@ void update_arena(const UpdateScalars& a, const UpdateLayout& layout, float* w, 
 
 }  // namespace
 
-// weights, grads, history, history2 (layout.n); the layout's tables in host memory.
-void NativeBackend::update(const UpdateArgs& args, const UpdateLayout& layout, float* weights,
-                           const float* grads, float* history, float* history2) {
+// weights, grads, history, history2 (layout.n); step and the layout's tables in host memory.
+void NativeBackend::update(const UpdateArgs& args, const StepState* step,
+                           const UpdateLayout& layout, float* weights, const float* grads,
+                           float* history, float* history2) {
   const bool adam = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW;
   CHECK(!adam || history2 != nullptr) << "Adam/AdamW need history2";
   CHECK(layout.n % kArenaBlock == 0) << "an arena of " << layout.n << " floats";
-  // Adam's bias correction sqrt(1 - b2^t) / (1 - b1^t), once per call.
-  const float correction =
-      adam ? static_cast<float>(std::sqrt(1.0 - std::pow(double(args.momentum2), args.step)) /
-                                (1.0 - std::pow(double(args.momentum), args.step)))
-           : 0.0f;
-  const UpdateScalars a{args.lr, args.momentum, args.momentum2, args.delta, args.weight_decay,
-                        args.grad_scale, correction, args.regularization};
+  const UpdateScalars a{step->lr,         args.momentum,    args.momentum2,
+                        args.delta,       args.weight_decay, step->grad_scale,
+                        step->correction, args.regularization};
   void (*arena)(const UpdateScalars&, const UpdateLayout&, float*, const float*, float*,
                 float*) = nullptr;
   switch (args.rule) {
@@ -128,6 +125,10 @@ void NativeBackend::update(const UpdateArgs& args, const UpdateLayout& layout, f
     case UpdateRule::kAdaGrad: arena = update_arena<UpdateRule::kAdaGrad>; break;
   }
   arena(a, layout, weights, grads, history, history2);
+}
+
+void NativeBackend::advance_step(const StepSchedule& schedule, StepState* state) {
+  advance_step_values(schedule, *state);
 }
 
 }  // namespace lamina

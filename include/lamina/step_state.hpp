@@ -1,0 +1,94 @@
+// The solver's per-iteration values, kept in backend memory and advanced there, so that a
+// training step is the same sequence of operations with the same arguments every iteration
+// (and can be captured and replayed as one CUDA graph).
+//
+//   StepState     in backend memory: the iteration, and the learning rate, Adam's bias
+//                 correction and the gradient scale (1/iter_size times the clipping factor)
+//                 the next update uses; grad_sumsq is where the clipping norm is summed.
+//   StepSchedule  the constants that advance it: the learning-rate schedule, iter_size, the
+//                 clipping threshold and Adam's betas. Passed by value; it never changes.
+//
+// advance_step_values is the one implementation of an advance: the Native backend calls it
+// on the host, the CUDA backend in a one-thread kernel, and lr_policy.cpp's learning_rate
+// evaluates the same schedule_rate for display and tests.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "lamina/host_device.hpp"
+
+namespace lamina {
+
+enum class LrPolicy { kFixed, kStep, kMultistep, kExp, kInv, kPoly, kSigmoid, kCosine };
+
+// A learning-rate policy and its fields (lr_policy.hpp says what each policy computes).
+// stepvalues points to num_stepvalues ascending iterations, in the memory of whoever evaluates
+// the schedule (host memory for the host, backend memory for a backend).
+struct LrSchedule {
+  LrPolicy policy = LrPolicy::kFixed;
+  double base_lr = 0, gamma = 0, power = 0, stepsize = 1, max_iter = 1;
+  int num_stepvalues = 0;
+  const int32_t* stepvalues = nullptr;
+};
+
+// The rate at iteration iter (0 is the first), in double.
+LAMINA_HOST_DEVICE inline double schedule_rate(const LrSchedule& s, int64_t iter) {
+  const double it = double(iter);
+  switch (s.policy) {
+    case LrPolicy::kFixed: return s.base_lr;
+    case LrPolicy::kStep: return s.base_lr * ::pow(s.gamma, ::floor(it / s.stepsize));
+    case LrPolicy::kMultistep: {
+      int passed = 0;
+      while (passed < s.num_stepvalues && iter >= s.stepvalues[passed]) ++passed;
+      return s.base_lr * ::pow(s.gamma, double(passed));
+    }
+    case LrPolicy::kExp: return s.base_lr * ::pow(s.gamma, it);
+    case LrPolicy::kInv: return s.base_lr * ::pow(1.0 + s.gamma * it, -s.power);
+    case LrPolicy::kPoly:
+      return s.base_lr * ::pow(1.0 - (it < s.max_iter ? it / s.max_iter : 1.0), s.power);
+    case LrPolicy::kSigmoid: return s.base_lr / (1.0 + ::exp(-s.gamma * (it - s.stepsize)));
+    case LrPolicy::kCosine:
+      return s.base_lr * 0.5 *
+             (1.0 + ::cos(3.14159265358979323846 * (it < s.max_iter ? it / s.max_iter : 1.0)));
+  }
+  return s.base_lr;
+}
+
+// Adam's bias correction sqrt(1 - b2^t) / (1 - b1^t) for update t (1-based), in double.
+LAMINA_HOST_DEVICE inline float adam_correction(float b1, float b2, int64_t t) {
+  return static_cast<float>(::sqrt(1.0 - ::pow(double(b2), double(t))) /
+                            (1.0 - ::pow(double(b1), double(t))));
+}
+
+struct StepState {
+  int64_t iter = 0;        // the iteration whose update comes next (0-based)
+  float lr = 0;            // the schedule's rate at iter (before lr_mult)
+  float correction = 0;    // Adam's bias correction for update iter + 1; 0 for other rules
+  float grad_scale = 1;    // 1/iter_size times the clipping factor
+  float grad_sumsq = 0;    // the gradients' sum of squares, when clipping (written before)
+};
+
+struct StepSchedule {
+  LrSchedule lr;
+  float iter_scale = 1;    // 1 / iter_size
+  float clip = 0;          // clip_gradients; <= 0: no clipping (grad_sumsq is not read)
+  bool adam = false;       // compute the bias correction from beta1 and beta2
+  float beta1 = 0, beta2 = 0;
+};
+
+// Sets the values of the update for state.iter, then advances state.iter by one.
+LAMINA_HOST_DEVICE inline void advance_step_values(const StepSchedule& s, StepState& state) {
+  state.lr = static_cast<float>(schedule_rate(s.lr, state.iter));
+  state.correction = s.adam ? adam_correction(s.beta1, s.beta2, state.iter + 1) : 0.0f;
+  float scale = s.iter_scale;
+  if (s.clip > 0) {
+    // The global L2 norm of the averaged gradient; above clip, the gradient is scaled to it.
+    const float norm = ::sqrtf(state.grad_sumsq) * s.iter_scale;
+    if (norm > s.clip) scale *= s.clip / norm;
+  }
+  state.grad_scale = scale;
+  state.iter += 1;
+}
+
+}  // namespace lamina
