@@ -617,6 +617,18 @@ TEST_F(CudaBackendTest, AdvanceStepMatchesNative) {
   }
 }
 
+TEST_F(CudaBackendTest, StoreAtWritesTheIndexedSlot) {
+  expect_same([&](Backend& be) -> Outputs {
+    Floats ring(be, 5, -1.0f), value(be, std::vector<float>{2.5f});
+    Array<int64_t> index(be, std::vector<int64_t>{3});
+    be.store_at(value.get(), ring.get(), 5, index.get());
+    const int64_t seven = 7;
+    be.copy_from_host(sizeof(int64_t), &seven, index.get());
+    be.store_at(value.get(), ring.get(), 5, index.get());
+    return {{"ring", ring.host()}};
+  }, -1);
+}
+
 // 320 parameters of varied sizes in a 1.3M-float arena, in one pass: the same weights and
 // histories as Native's, and no padding element changes.
 TEST_F(CudaBackendTest, UpdateOfManySegments) {

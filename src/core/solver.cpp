@@ -75,6 +75,7 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   ring_host_.assign(param.average_loss() + 1, 0.0f);
   loss_sum_ = Buffer(backend, sizeof(float));
   backend.zero(sizeof(float), loss_sum_.get());
+  loss_now_ = Buffer(backend, sizeof(float));
 
   // The step state and what advances it: the schedule (its stepvalues in backend memory),
   // iter_size, clipping and Adam's betas.
@@ -184,14 +185,17 @@ void Solver::step(int iters) {
     Net::LayerStates states_before;
     if (check) states_before = net_->layer_states();  // to replay this batch in a diagnosis
     arena.zero_diff();
-    float* slot = loss_ring_.as<float>() + iter_ % average;
-    backend_.zero(sizeof(float), slot);
+    // This iteration's loss, then stored in the ring at the step state's iteration: the
+    // same arguments every iteration.
+    float* loss = loss_now_.as<float>();
+    backend_.zero(sizeof(float), loss);
     for (int i = 0; i < param_.iter_size(); ++i) {
       net_->forward();
       net_->backward();
-      backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), slot);
+      backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), loss);
     }
-    backend_.axpy(1, 1.0f, slot, loss_sum_.as<float>());
+    backend_.store_at(loss, loss_ring_.as<float>(), average, &step_state_.as<StepState>()->iter);
+    backend_.axpy(1, 1.0f, loss, loss_sum_.as<float>());
     ++loss_sum_count_;
     if (display && n > 0) {
       // weights . gradients is NaN or infinite when any weight or gradient is (x * NaN,
