@@ -112,9 +112,6 @@ class CoreForwardingBackend : public Backend {
   void advance_step(const StepSchedule& schedule, StepState* state) override {
     inner_.advance_step(schedule, state);
   }
-  void store_at(const float* value, float* array, int64_t len, const int64_t* index) override {
-    inner_.store_at(value, array, len, index);
-  }
 
  protected:
   std::unique_ptr<Backend> owned_;  // null when forwarding to a backend given by the caller

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <vector>
 
 #include "lamina/io.hpp"
 #include "lamina/lr_policy.hpp"
@@ -123,6 +124,19 @@ TEST(AdvanceStep, ScalesForIterSizeClipsAndCorrectsForAdam) {
   EXPECT_FLOAT_EQ(state.correction, float(std::sqrt(1 - std::pow(double(0.999f), t)) /
                                           (1 - std::pow(double(0.9f), t))));
   EXPECT_EQ(state.iter, 13);
+  // The iteration's loss goes to the ring's slot for the iteration and into the running sum.
+  float loss = 2.5f, sum = 1.0f;
+  std::vector<float> ring(5, -1.0f);
+  schedule.loss = &loss;
+  schedule.ring = ring.data();
+  schedule.ring_len = 5;
+  schedule.loss_sum = &sum;
+  backend.advance_step(schedule, &state);  // iteration 13: slot 3
+  loss = 0.5f;
+  backend.advance_step(schedule, &state);  // iteration 14: slot 4
+  EXPECT_EQ(ring, (std::vector<float>{-1.0f, -1.0f, -1.0f, 2.5f, 0.5f}));
+  EXPECT_EQ(sum, 4.0f);
+  EXPECT_EQ(state.iter, 15);
 }
 
 TEST(LrPolicy, NamesAndFieldsOfEveryPolicy) {

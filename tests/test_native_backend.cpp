@@ -125,16 +125,6 @@ TEST(CountingBackend, CountsCopiesButNotOperations) {
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(back[i], 2.0f * x[i] + 1.0f) << i;
 }
 
-// store_at writes one value at the slot an index (modulo the length) names, nothing else.
-TEST_F(NativeBackendTest, StoreAtWritesTheIndexedSlot) {
-  std::vector<float> ring(5, -1.0f);
-  const float value = 2.5f;
-  for (int64_t index : {int64_t{3}, int64_t{7}}) {
-    backend_.store_at(&value, ring.data(), 5, &index);
-  }
-  EXPECT_EQ(ring, (std::vector<float>{-1.0f, -1.0f, 2.5f, 2.5f, -1.0f}));
-}
-
 TEST_F(NativeBackendTest, FillTakesTheParallelPath) {
   std::vector<float> x(100003, -1.0f);
   backend_.fill(static_cast<int64_t>(x.size()), 0.25f, x.data());

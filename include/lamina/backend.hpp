@@ -279,14 +279,11 @@ class Backend {
   virtual void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
                       float* weights, const float* grads, float* history,
                       float* history2) = 0;
-  // advance_step_values (step_state.hpp) on *state, in backend memory: the rate, bias
-  // correction and gradient scale of the update for state->iter, then state->iter + 1. With
-  // schedule.clip > 0 it reads state->grad_sumsq, which the caller has written (dot).
+  // advance_step_values (step_state.hpp) on *state, in backend memory: the iteration's loss
+  // into the loss ring and running sum, the rate, bias correction and gradient scale of the
+  // update for state->iter, then state->iter + 1. With schedule.clip > 0 it reads
+  // state->grad_sumsq, which the caller has written (dot).
   virtual void advance_step(const StepSchedule& schedule, StepState* state) = 0;
-  // array[*index % len] = *value, all in backend memory: a value stored at a slot that
-  // changes each iteration (the loss ring's, at the step state's iteration) while the
-  // arguments stay the same.
-  virtual void store_at(const float* value, float* array, int64_t len, const int64_t* index) = 0;
 
  protected:
   // Throws the Error of an optional operation this backend does not implement.

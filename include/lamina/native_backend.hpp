@@ -94,7 +94,6 @@ class NativeBackend final : public Backend {
   void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
               float* weights, const float* grads, float* history, float* history2) override;
   void advance_step(const StepSchedule& schedule, StepState* state) override;
-  void store_at(const float* value, float* array, int64_t len, const int64_t* index) override;
 };
 
 }  // namespace lamina

@@ -157,6 +157,9 @@ class Solver {
   Buffer step_state_;      // a StepState: the iteration and the next update's lr and scale
   // Writes iter_ into the step state (construction, restore); the rest it computes itself.
   void upload_step_state();
+  // The clipping norm if asked for, then advance_step: the loss into the ring, the update's
+  // rate and scale, the step state's iteration + 1.
+  void advance_step_state();
   std::unique_ptr<Net> net_;
   std::unique_ptr<Net> test_net_;
   int iter_ = 0;

@@ -6,7 +6,8 @@
 //                 correction and the gradient scale (1/iter_size times the clipping factor)
 //                 the next update uses; grad_sumsq is where the clipping norm is summed.
 //   StepSchedule  the constants that advance it: the learning-rate schedule, iter_size, the
-//                 clipping threshold and Adam's betas. Passed by value; it never changes.
+//                 clipping threshold, Adam's betas, and where the iteration's loss is kept
+//                 (the loss ring and running sum). Passed by value; it never changes.
 //
 // advance_step_values is the one implementation of an advance: the Native backend calls it
 // on the host, the CUDA backend in a one-thread kernel, and lr_policy.cpp's learning_rate
@@ -71,14 +72,26 @@ struct StepState {
 
 struct StepSchedule {
   LrSchedule lr;
+  // The loss bookkeeping, in the evaluator's memory (loss null: none): the iteration's loss
+  // goes to ring[iter % ring_len] and is added to *loss_sum.
+  const float* loss = nullptr;
+  float* ring = nullptr;
+  int64_t ring_len = 1;
+  float* loss_sum = nullptr;
   float iter_scale = 1;    // 1 / iter_size
   float clip = 0;          // clip_gradients; <= 0: no clipping (grad_sumsq is not read)
   bool adam = false;       // compute the bias correction from beta1 and beta2
   float beta1 = 0, beta2 = 0;
 };
 
-// Sets the values of the update for state.iter, then advances state.iter by one.
+// Records the iteration's loss, sets the values of the update for state.iter, then advances
+// state.iter by one.
 LAMINA_HOST_DEVICE inline void advance_step_values(const StepSchedule& s, StepState& state) {
+  if (s.loss != nullptr) {
+    const float loss = *s.loss;
+    s.ring[state.iter % s.ring_len] = loss;
+    *s.loss_sum += loss;
+  }
   state.lr = static_cast<float>(schedule_rate(s.lr, state.iter));
   state.correction = s.adam ? adam_correction(s.beta1, s.beta2, state.iter + 1) : 0.0f;
   float scale = s.iter_scale;

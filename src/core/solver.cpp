@@ -89,6 +89,10 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   schedule_.adam = adam;
   schedule_.beta1 = args_.momentum;
   schedule_.beta2 = args_.momentum2;
+  schedule_.loss = loss_now_.as<float>();
+  schedule_.ring = loss_ring_.as<float>();
+  schedule_.ring_len = param_.average_loss();
+  schedule_.loss_sum = loss_sum_.as<float>();
   step_state_ = Buffer(backend, sizeof(StepState));
   upload_step_state();
 }
@@ -185,8 +189,8 @@ void Solver::step(int iters) {
     Net::LayerStates states_before;
     if (check) states_before = net_->layer_states();  // to replay this batch in a diagnosis
     arena.zero_diff();
-    // This iteration's loss, then stored in the ring at the step state's iteration: the
-    // same arguments every iteration.
+    // This iteration's loss; advance_step stores it in the ring at the step state's
+    // iteration: the same arguments every iteration.
     float* loss = loss_now_.as<float>();
     backend_.zero(sizeof(float), loss);
     for (int i = 0; i < param_.iter_size(); ++i) {
@@ -194,8 +198,7 @@ void Solver::step(int iters) {
       net_->backward();
       backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), loss);
     }
-    backend_.store_at(loss, loss_ring_.as<float>(), average, &step_state_.as<StepState>()->iter);
-    backend_.axpy(1, 1.0f, loss, loss_sum_.as<float>());
+    advance_step_state();
     ++loss_sum_count_;
     if (display && n > 0) {
       // weights . gradients is NaN or infinite when any weight or gradient is (x * NaN,
@@ -249,16 +252,21 @@ float Solver::take_mean_loss() {
   return mean;
 }
 
+void Solver::advance_step_state() {
+  ParamArena& arena = net_->arena();
+  StepState* step = step_state_.as<StepState>();
+  // The clipping norm is summed, and the loss recorded and the rate, correction and scale
+  // computed, in backend memory: nothing is read back.
+  if (param_.clip_gradients() > 0 && arena.count() > 0)
+    backend_.dot(arena.count(), arena.diff(), arena.diff(), &step->grad_sumsq);
+  backend_.advance_step(schedule_, step);
+}
+
 void Solver::apply_update() {
   ParamArena& arena = net_->arena();
   const int64_t n = arena.count();
   if (n == 0) return;
-  StepState* step = step_state_.as<StepState>();
-  // The clipping norm is summed, and the rate, correction and scale computed, in backend
-  // memory: nothing is read back.
-  if (param_.clip_gradients() > 0) backend_.dot(n, arena.diff(), arena.diff(), &step->grad_sumsq);
-  backend_.advance_step(schedule_, step);
-  backend_.update(args_, step, arena.layout(), arena.data(), arena.diff(), arena.state(0),
+  backend_.update(args_, step_state_.as<StepState>(), arena.layout(), arena.data(), arena.diff(), arena.state(0),
                   arena.num_state() > 1 ? arena.state(1) : nullptr);
 }
 

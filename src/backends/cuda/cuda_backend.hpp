@@ -125,7 +125,6 @@ class CudaBackend final : public Backend {
   void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
               float* weights, const float* grads, float* history, float* history2) override;
   void advance_step(const StepSchedule& schedule, StepState* state) override;
-  void store_at(const float* value, float* array, int64_t len, const int64_t* index) override;
 
  private:
   // Convolution by im2col + cuBLAS (conv_kernels.cu), one image at a time with the column

@@ -4,8 +4,7 @@
 // tables and the step state (lr, Adam's bias correction, the gradient scale) live in device
 // memory and are read by the kernel, so its arguments are the same every iteration and a
 // step uploads nothing; the rule's constants (momentum, ...) travel as kernel arguments.
-// advance_step is a one-thread kernel that runs step_state.hpp's advance_step_values there,
-// and store_at one that stores a value at a slot an index in device memory names.
+// advance_step is a one-thread kernel that runs step_state.hpp's advance_step_values there.
 // One thread per element (grid-stride
 // loop): element i finds its segment through block_segment[i / kArenaBlock] (a warp's 32
 // elements share one block, so the lookups are broadcasts), and elements past the segment's
@@ -96,11 +95,6 @@ __global__ void advance_step_kernel(StepSchedule schedule, StepState* state) {
   advance_step_values(schedule, *state);
 }
 
-__global__ void store_at_kernel(const float* value, float* array, int64_t len,
-                                const int64_t* index) {
-  array[*index % len] = *value;
-}
-
 }  // namespace
 
 void CudaBackend::update(const UpdateArgs& args, const StepState* step,
@@ -129,11 +123,6 @@ void CudaBackend::update(const UpdateArgs& args, const StepState* step,
 void CudaBackend::advance_step(const StepSchedule& schedule, StepState* state) {
   advance_step_kernel<<<1, 1, 0, on_device()>>>(schedule, state);
   LAMINA_CUDA_LAUNCHED(advance_step_kernel);
-}
-
-void CudaBackend::store_at(const float* value, float* array, int64_t len, const int64_t* index) {
-  store_at_kernel<<<1, 1, 0, on_device()>>>(value, array, len, index);
-  LAMINA_CUDA_LAUNCHED(store_at_kernel);
 }
 
 }  // namespace lamina::cuda_detail

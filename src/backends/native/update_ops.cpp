@@ -131,9 +131,4 @@ void NativeBackend::advance_step(const StepSchedule& schedule, StepState* state)
   advance_step_values(schedule, *state);
 }
 
-void NativeBackend::store_at(const float* value, float* array, int64_t len,
-                             const int64_t* index) {
-  array[*index % len] = *value;
-}
-
 }  // namespace lamina
