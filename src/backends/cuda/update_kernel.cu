@@ -28,8 +28,10 @@ struct UpdateConstants {
   bool l1;
 };
 
+// At most 32 registers, so that an SM holds its full 2048 threads: the update is memory-bound
+// and needs every load in flight (Adam at 33 registers ran at 75% occupancy, 14% slower).
 template <UpdateRule kRule>
-__global__ void update_kernel(UpdateConstants a, const StepState* __restrict__ step, int64_t n,
+__global__ void __launch_bounds__(kBlock, 2048 / kBlock) update_kernel(UpdateConstants a, const StepState* __restrict__ step, int64_t n,
                               const ParamSegment* __restrict__ segments,
                               const int32_t* __restrict__ block_segment, float* w,
                               const float* g, float* h, float* h2) {
