@@ -168,7 +168,7 @@ class Solver {
   std::vector<float> ring_host_;
   int last_finite_check_ = -1;  // the last iteration whose weights and gradients were finite
   bool nonfinite_seen_ = false;  // nonfinite: CONTINUE, after the first report
-  Buffer loss_now_;    // this iteration's loss, before it goes into the ring
+  Buffer loss_now_;    // the mean loss of an iteration's iter_size passes (iter_size > 1)
   Buffer loss_sum_;    // running sum for take_mean_loss
   int64_t loss_sum_count_ = 0;
   Buffer test_sums_;

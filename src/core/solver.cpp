@@ -89,7 +89,9 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   schedule_.adam = adam;
   schedule_.beta1 = args_.momentum;
   schedule_.beta2 = args_.momentum2;
-  schedule_.loss = loss_now_.as<float>();
+  // With one pass per iteration the net's own loss is the iteration's; with more, their mean
+  // is gathered in loss_now_.
+  schedule_.loss = param_.iter_size() == 1 ? net_->loss_tensor().data() : loss_now_.as<float>();
   schedule_.ring = loss_ring_.as<float>();
   schedule_.ring_len = param_.average_loss();
   schedule_.loss_sum = loss_sum_.as<float>();
@@ -189,14 +191,19 @@ void Solver::step(int iters) {
     Net::LayerStates states_before;
     if (check) states_before = net_->layer_states();  // to replay this batch in a diagnosis
     arena.zero_diff();
-    // This iteration's loss; advance_step stores it in the ring at the step state's
-    // iteration: the same arguments every iteration.
-    float* loss = loss_now_.as<float>();
-    backend_.zero(sizeof(float), loss);
-    for (int i = 0; i < param_.iter_size(); ++i) {
+    // This iteration's loss (schedule_.loss); advance_step stores it in the ring at the step
+    // state's iteration: the same arguments every iteration.
+    if (param_.iter_size() == 1) {
       net_->forward();
       net_->backward();
-      backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), loss);
+    } else {
+      float* loss = loss_now_.as<float>();
+      backend_.zero(sizeof(float), loss);
+      for (int i = 0; i < param_.iter_size(); ++i) {
+        net_->forward();
+        net_->backward();
+        backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), loss);
+      }
     }
     advance_step_state();
     ++loss_sum_count_;
