@@ -24,6 +24,7 @@ struct Options {
   std::vector<int> batch_sizes = {64, 256};
   std::string gpu;  // --gpu as given; empty: the CPU
   int repeats = 3;  // epochs timed per batch size
+  bool no_cuda_graph = false;  // launch every operation directly (solver cuda_graph: false)
   mnist::ModelOptions model;
 };
 
@@ -33,6 +34,8 @@ inline void add_options(CLI::App& app, Options& o) {
   app.add_option("--epochs", o.repeats, "Epochs timed per batch size; the median is reported")
       ->capture_default_str();
   app.add_option("--data-dir", o.model.data_dir, "Directory holding the MNIST IDX files");
+  app.add_flag("--no-cuda-graph", o.no_cuda_graph,
+               "Launch every operation directly instead of replaying the step as a CUDA graph");
 }
 
 // The backend the options ask for, after checking the values no default can stand in for.
@@ -48,16 +51,23 @@ struct EpochTiming {
   mnist::Model model;
   std::unique_ptr<Solver> solver;  // trained for the timed epochs, for further measurements
   double epoch_seconds;            // the median of the timed epochs
+  double us_per_iteration() const { return 1e6 * epoch_seconds / model.iters_per_epoch; }
+  // Operations per step: the recorded CUDA graph's nodes, or 0 when steps run directly.
+  int64_t step_operations() const { return solver->step_operations(); }
 };
 
-// Trains `name` (models/mnist/NAME_*) at batch size `batch` with no test net: 10 warm-up
+// Trains `name` (models/mnist/NAME_*) at batch size `batch` with no test net (the step
+// replayed as a CUDA graph unless --no-cuda-graph): 10 warm-up
 // iterations (first touches, library start-up, algorithm choice), then `repeats` epochs of
 // full batches, each timed with the device synchronized before the clock is read.
-inline EpochTiming time_epochs(const std::string& name, int batch, int repeats,
-                               mnist::ModelOptions options, Backend& backend) {
+inline EpochTiming time_epochs(const std::string& name, int batch, const Options& o,
+                               Backend& backend) {
+  mnist::ModelOptions options = o.model;
   options.batch_size = batch;
+  const int repeats = o.repeats;
   EpochTiming t{mnist::load_model(name, options), nullptr, 0};
   t.model.solver.clear_test_iter();  // training only
+  t.model.solver.set_cuda_graph(!o.no_cuda_graph);
   t.solver = std::make_unique<Solver>(t.model.solver, t.model.net, backend, t.model.net_path);
   t.solver->step(10);
   backend.synchronize();

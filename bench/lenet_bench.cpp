@@ -85,24 +85,27 @@ int main(int argc, char** argv) {
     std::unique_ptr<lamina::Backend> backend = lamina::bench::checked_backend(o);
     std::printf("LeNet (conv 20 5x5, pool, conv 50 5x5, pool, 500, ReLU, 10) on %s\n",
                 backend->name().c_str());
-    std::printf("%6s %8s %10s %12s %10s %10s %10s %11s %10s\n", "batch", "iters", "epoch_s",
-                "samples/s", "iter_ms", "conv_ms", "layers_ms", "conv_share", "conv_GF/s");
+    std::printf("%6s %8s %10s %12s %10s %10s %10s %10s %11s %10s\n", "batch", "iters",
+                "epoch_s", "samples/s", "us/iter", "ops/step", "conv_ms", "layers_ms",
+                "conv_share", "conv_GF/s");
     for (int batch : o.batch_sizes) {
       lamina::bench::EpochTiming timing =
-          lamina::bench::time_epochs("lenet", batch, o.repeats, o.model, *backend);
+          lamina::bench::time_epochs("lenet", batch, o, *backend);
       const lamina::mnist::Model& m = timing.model;
       lamina::Solver& solver = *timing.solver;
       const double epoch = timing.epoch_seconds;
 
       const LayerTimes t = time_layers(solver.net(), *backend, layer_iterations);
-      std::printf("%6d %8d %10.3f %12.0f %10.3f %10.3f %10.3f %10.1f%% %10.1f\n", batch,
+      std::printf("%6d %8d %10.4f %12.0f %10.1f %10lld %10.3f %10.3f %10.1f%% %10.1f\n", batch,
                   m.iters_per_epoch, epoch, m.iters_per_epoch * double(batch) / epoch,
-                  1e3 * epoch / m.iters_per_epoch, t.conv_ms, t.layers_ms,
+                  timing.us_per_iteration(), static_cast<long long>(timing.step_operations()),
+                  t.conv_ms, t.layers_ms,
                   100 * t.conv_ms / t.layers_ms, conv_flops(batch) / (1e6 * t.conv_ms));
       std::fflush(stdout);
     }
     std::printf("conv_share = Convolution layers' forward + backward / all layers' (timed layer "
-                "by layer, synchronized); iter_ms = epoch_s / iters (update included)\n");
+                "by layer, synchronized); us/iter = epoch_s / iters (update included); ops/step = "
+                "operations in the step replayed as one CUDA graph (0: launched directly)\n");
   } catch (const lamina::Error& e) {
     std::fprintf(stderr, "lenet_bench: error: %s\n", e.what());
     return 1;

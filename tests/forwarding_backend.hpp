@@ -97,13 +97,13 @@ class CoreForwardingBackend : public Backend {
                 const LossOptions& o, float* out) override {
     inner_.accuracy(r, c, k, x, labels, o, out);
   }
-  void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset, const float* x,
-                       float* mask, float* y) override {
-    inner_.dropout_forward(n, ratio, seed, offset, x, mask, y);
+  void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
+                       PassCounter* counter, const float* x, float* mask, float* y) override {
+    inner_.dropout_forward(n, ratio, seed, offset, counter, x, mask, y);
   }
-  void gather_rows(int64_t rows, int64_t cols, const uint8_t* src, const int32_t* order,
-                   int64_t len, int64_t start, float scale, float* dst) override {
-    inner_.gather_rows(rows, cols, src, order, len, start, scale, dst);
+  void gather_batch(const BatchOrder& order, const GatherTop& data,
+                    const GatherTop& label) override {
+    inner_.gather_batch(order, data, label);
   }
   void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
               float* w, const float* g, float* h, float* h2) override {

@@ -1,6 +1,6 @@
 // The CUDA backend against the Native backend (tier 2 of the test suite): every Backend
 // operation on the same random inputs on both, compared with compare() at relative error
-// 1e-5, or bit for bit where both compute the same float operations (dropout, gather_rows,
+// 1e-5, or bit for bit where both compute the same float operations (dropout, gather_batch,
 // accuracy). Then what makes the CUDA backend fast and usable: no transfers in a sequence of
 // kernels, one context per device, errors a user can act on.
 //
@@ -501,36 +501,80 @@ TEST_F(CudaBackendTest, LabelsThatNameNoClassGiveANanLossNotAnOutOfBoundsRead) {
   }
 }
 
+// Two passes on one counter: the second draws the numbers after the first's (offset + n).
 TEST_F(CudaBackendTest, DropoutMasksAreBitIdentical) {
   const int64_t n = 100003;
   for (float ratio : {0.3f, 0.5f}) {
     SCOPED_TRACE(::testing::Message() << "ratio " << ratio);
     expect_same([&](Backend& be) -> Outputs {
       Floats x(be, random_values(n, 80)), mask(be, n), y(be, n);
-      be.dropout_forward(n, ratio, 1234567, 89, x.get(), mask.get(), y.get());
-      be.dropout_forward(n, ratio, 1234567, 89, x.get(), mask.get(), x.get());  // in place
-      return {{"mask", mask.host()}, {"y", y.host()}, {"y in place", x.host()}};
+      Array<PassCounter> counter(be, 1);
+      be.dropout_forward(n, ratio, 1234567, 89, counter.get(), x.get(), mask.get(), y.get());
+      const std::vector<float> first_mask = mask.host();
+      be.dropout_forward(n, ratio, 1234567, 89, counter.get(), x.get(), mask.get(), x.get());
+      const PassCounter after = counter.host()[0];
+      return {{"first mask", first_mask}, {"y", y.host()}, {"second mask", mask.host()},
+              {"y in place", x.host()},
+              {"passes, blocks", {float(after.passes), float(after.blocks_done)}}};
     }, -1);
   }
   Floats x(*cuda_, n, 1.0f), mask(*cuda_, n), y(*cuda_, n);
-  cuda_->dropout_forward(n, 0.3f, 5, 0, x.get(), mask.get(), y.get());
+  Array<PassCounter> counter(*cuda_, 1);
+  cuda_->dropout_forward(n, 0.3f, 5, 0, counter.get(), x.get(), mask.get(), y.get());
   int64_t kept = 0;
   for (float m : mask.host()) kept += m != 0;
   EXPECT_NEAR(double(kept) / n, 0.7, 0.01);
+  EXPECT_EQ(counter.host()[0].passes, 1);
 }
 
-TEST_F(CudaBackendTest, GatherRowsWraps) {
-  const int64_t src_rows = 7, cols = 13, rows = 10;
-  std::vector<uint8_t> src(src_rows * cols);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>((i * 37) % 256);
-  const std::vector<int32_t> order = {6, 2, 0, 5, 1, 3, 4};
-  expect_same([&](Backend& be) -> Outputs {
-    Array<uint8_t> s(be, src);
-    Array<int32_t> o(be, order);
-    Floats dst(be, rows * cols);
-    be.gather_rows(rows, cols, s.get(), o.get(), src_rows, 5, 1.0f / 255, dst.get());
-    return {{"dst", dst.host()}};
-  }, -1);
+// Batches of 3 from 7 samples: without shuffle they wrap around the files; with shuffle an
+// epoch is 2 batches (the 7th sample is skipped) and pass 2 starts epoch 1, in order[1].
+// Every row is checked against the sample BatchOrder names, on both backends.
+TEST_F(CudaBackendTest, GatherBatchFollowsTheCounter) {
+  const int64_t samples = 7, cols = 13, batch = 3, passes = 5;
+  std::vector<uint8_t> images(samples * cols), labels(samples);
+  for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<uint8_t>((i * 37) % 256);
+  for (int64_t i = 0; i < samples; ++i) labels[i] = static_cast<uint8_t>(i % 10);
+  const std::vector<int32_t> epoch0 = {6, 2, 0, 5, 1, 3, 4}, epoch1 = {3, 1, 4, 0, 6, 5, 2};
+  for (bool shuffle : {false, true}) {
+    SCOPED_TRACE(shuffle ? "shuffle" : "in order");
+    const int64_t first = shuffle ? 1 : 5;  // batch 1 of epoch 0; sample 5
+    std::vector<float> expected_images, expected_labels;
+    BatchOrder host;
+    host.first = first, host.batch = batch, host.samples = samples, host.shuffle = shuffle;
+    host.order[0] = epoch0.data(), host.order[1] = epoch1.data();
+    for (int64_t p = 0; p < passes; ++p) {
+      for (int64_t r = 0; r < batch; ++r) {
+        const int64_t sample = host.sample(p, r);
+        for (int64_t j = 0; j < cols; ++j)
+          expected_images.push_back(0.5f * float(images[sample * cols + j]));
+        expected_labels.push_back(float(labels[sample]));
+      }
+    }
+    for (Backend* be : {static_cast<Backend*>(&native_), cuda_.get()}) {
+      SCOPED_TRACE(be->name());
+      Array<uint8_t> image_src(*be, images), label_src(*be, labels);
+      Array<int32_t> order0(*be, epoch0), order1(*be, epoch1);
+      Array<PassCounter> counter(*be, 1);
+      Floats data(*be, batch * cols), label(*be, batch);
+      BatchOrder order = host;
+      order.counter = counter.get();
+      order.order[0] = order0.get(), order.order[1] = order1.get();
+      std::vector<float> got_images, got_labels;
+      for (int64_t p = 0; p < passes; ++p) {
+        // Epoch 2 (passes 3 and 4) reads slot 0 again, still holding epoch0's order.
+        be->gather_batch(order, GatherTop{image_src.get(), cols, 0.5f, data.get()},
+                         GatherTop{label_src.get(), 1, 1.0f, label.get()});
+        const std::vector<float> d = data.host(), l = label.host();
+        got_images.insert(got_images.end(), d.begin(), d.end());
+        got_labels.insert(got_labels.end(), l.begin(), l.end());
+      }
+      EXPECT_EQ(compare_bits(got_images, expected_images), "");
+      EXPECT_EQ(compare_bits(got_labels, expected_labels), "");
+      EXPECT_EQ(counter.host()[0].passes, passes);
+      EXPECT_EQ(counter.host()[0].blocks_done, 0u);
+    }
+  }
 }
 
 TEST_F(CudaBackendTest, UpdateEveryRule) {
@@ -703,7 +747,7 @@ TEST_F(CudaBackendTest, KernelsAloneMakeNoTransfers) {
   Floats loss(be, 1), norm(be, 1), acc(be, 1), dloss(be, std::vector<float>{1.0f});
   const DeviceLayout layout(be, {{0, cols * in, 1.0f, 1.0f}}, arena);
   Array<uint8_t> data(be, std::vector<uint8_t>(rows * in, 7));
-  Array<int32_t> order(be, std::vector<int32_t>(rows, 0));
+  Array<PassCounter> data_counter(be, 1), dropout_counter(be, 1);
   be.synchronize();
 
   UpdateArgs args;
@@ -718,11 +762,13 @@ TEST_F(CudaBackendTest, KernelsAloneMakeNoTransfers) {
   const CountingBackend::Transfers before = be.transfers();
   LossOptions options;
   for (int step = 1; step <= 3; ++step) {
-    be.gather_rows(rows, in, data.get(), order.get(), rows, 0, 1.0f / 255, x.get());
+    BatchOrder order;
+    order.counter = data_counter.get(), order.batch = rows, order.samples = rows;
+    be.gather_batch(order, GatherTop{data.get(), in, 1.0f / 255, x.get()}, GatherTop{});
     be.gemm(Transpose::kNo, Transpose::kYes, rows, cols, in, 1.0f, x.get(), w.get(), 0.0f,
             y.get());
     be.activation_forward(Activation::kReLU, n, 0.0f, y.get(), y.get());
-    be.dropout_forward(n, 0.5f, 1, step * n, y.get(), mask.get(), y.get());
+    be.dropout_forward(n, 0.5f, 1, 0, dropout_counter.get(), y.get(), mask.get(), y.get());
     be.softmax_cross_entropy_forward(rows, cols, y.get(), labels.get(), options, prob.get(),
                                      loss.get(), norm.get());
     be.accuracy(rows, cols, 1, y.get(), labels.get(), options, acc.get());

@@ -120,9 +120,11 @@ std::string net_text(const InPlaceCase& c, const std::vector<std::string>& botto
   return kPrelude + layer + (c.loss ? "" : head(top));
 }
 
-// Builds the net from a file, so that errors carry file:line.
+// Builds the net from a file, so that errors carry file:line. The file is this process's
+// own: ctest runs the tests of this binary in parallel processes.
 std::unique_ptr<Net> build(const std::string& text, Phase phase) {
-  const std::string path = ::testing::TempDir() + "in_place.prototxt";
+  static const testing::TempDir dir;
+  const std::string path = dir / "in_place.prototxt";
   std::ofstream(path) << text;
   return std::make_unique<Net>(parse_net_parameter(read_text_file(path), path), phase, native(),
                                7, nullptr, path);

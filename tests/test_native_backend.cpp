@@ -770,7 +770,9 @@ TEST_F(NativeBackendTest, DropoutMaskFollowsTheCounterGenerator) {
   const float scale = 1.0f / (1.0f - ratio);
   const auto x = random_values(n, 26, 0.5f, 2.0f);
   std::vector<float> mask(n, -1.0f), y(n);
-  backend_.dropout_forward(n, ratio, seed, offset, x.data(), mask.data(), y.data());
+  PassCounter counter;
+  backend_.dropout_forward(n, ratio, seed, offset, &counter, x.data(), mask.data(), y.data());
+  EXPECT_EQ(counter.passes, 1);
 
   int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -781,43 +783,74 @@ TEST_F(NativeBackendTest, DropoutMaskFollowsTheCounterGenerator) {
   }
   EXPECT_NEAR(double(kept) / n, 1.0 - ratio, 0.01);
 
-  std::vector<float> mask_again(n), y_again = x;  // same seed/offset, in place
-  backend_.dropout_forward(n, ratio, seed, offset, y_again.data(), mask_again.data(),
+  std::vector<float> mask_again(n), y_again = x;  // same seed/offset/pass, in place
+  PassCounter again;
+  backend_.dropout_forward(n, ratio, seed, offset, &again, y_again.data(), mask_again.data(),
                            y_again.data());
   EXPECT_EQ(mask_again, mask);
   EXPECT_EQ(y_again, y);
 
-  std::vector<float> mask_other(n), y_other(n);
-  backend_.dropout_forward(n, ratio, seed, offset + n, x.data(), mask_other.data(),
+  std::vector<float> mask_other(n), y_other(n);  // the next pass draws from offset + n
+  backend_.dropout_forward(n, ratio, seed, offset, &counter, x.data(), mask_other.data(),
                            y_other.data());
+  EXPECT_EQ(counter.passes, 2);
+  std::vector<float> mask_next(n), y_next(n);
+  PassCounter fresh;
+  backend_.dropout_forward(n, ratio, seed, offset + n, &fresh, x.data(), mask_next.data(),
+                           y_next.data());
+  EXPECT_EQ(mask_next, mask_other);
   int64_t differing = 0;
   for (int64_t i = 0; i < n; ++i) differing += mask_other[i] != mask[i];
   // Independent masks differ in about 2 * 0.3 * 0.7 = 42% of the elements.
   EXPECT_GT(differing, n / 3) << "another offset must give another mask";
   std::vector<float> mask_shifted(n - 1), y_shifted(n - 1);
-  backend_.dropout_forward(n - 1, ratio, seed, offset + 1, x.data(), mask_shifted.data(),
-                           y_shifted.data());
+  PassCounter shifted;
+  backend_.dropout_forward(n - 1, ratio, seed, offset + 1, &shifted, x.data(),
+                           mask_shifted.data(), y_shifted.data());
   EXPECT_TRUE(std::equal(mask_shifted.begin(), mask_shifted.end(), mask.begin() + 1))
       << "element i of offset o + 1 is element i + 1 of offset o";
 }
 
-TEST_F(NativeBackendTest, GatherRowsWrapsAroundTheOrder) {
-  const int64_t src_rows = 10, cols = 7, rows = 6, start = 7;
+// Without shuffle, batches walk the samples from `first` and wrap around; with shuffle, pass p
+// takes batch (first + p) of the epochs' permutations, an epoch being its full batches.
+TEST_F(NativeBackendTest, GatherBatchWalksTheOrderAndAdvancesTheCounter) {
+  const int64_t samples = 10, cols = 7, batch = 4;
   std::mt19937 rng(27);
-  std::vector<uint8_t> src(src_rows * cols);
+  std::vector<uint8_t> src(samples * cols);
   for (auto& v : src) v = static_cast<uint8_t>(rng() % 256);
-  std::vector<int32_t> order(src_rows);
-  for (int32_t i = 0; i < src_rows; ++i) order[i] = i;
-  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<uint8_t> labels = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
+  std::vector<int32_t> even(samples), odd(samples);
+  for (int32_t i = 0; i < samples; ++i) even[i] = i, odd[i] = int32_t(samples - 1 - i);
+  std::shuffle(even.begin(), even.end(), rng);
   const float scale = 1.0f / 255.0f;
-  std::vector<float> dst(rows * cols, -1.0f);
-  backend_.gather_rows(rows, cols, src.data(), order.data(), src_rows, start, scale,
-                       dst.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t s = order[(start + r) % src_rows];  // rows 7, 8, 9, 0, 1, 2 of the order
-    for (int64_t j = 0; j < cols; ++j) {
-      ASSERT_EQ(dst[r * cols + j], scale * static_cast<float>(src[s * cols + j]))
-          << "row " << r << " column " << j;
+  // (shuffle, first, the samples of passes 0, 1, 2 in order)
+  struct Case { bool shuffle; int64_t first; std::vector<int64_t> samples; };
+  const Case cases[] = {
+      {false, 7, {7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8}},
+      // 2 batches per epoch (samples 8, 9 of each permutation skipped); pass 0 is batch 1.
+      {true, 1, {even[4], even[5], even[6], even[7], odd[0], odd[1], odd[2], odd[3],
+                 odd[4], odd[5], odd[6], odd[7]}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.shuffle ? "shuffle" : "in order");
+    PassCounter counter;
+    BatchOrder order;
+    order.counter = &counter, order.first = c.first, order.batch = batch;
+    order.samples = samples, order.shuffle = c.shuffle;
+    order.order[0] = even.data(), order.order[1] = odd.data();
+    for (int64_t p = 0; p < 3; ++p) {
+      std::vector<float> dst(batch * cols, -1.0f), label(batch, -1.0f);
+      backend_.gather_batch(order, GatherTop{src.data(), cols, scale, dst.data()},
+                            GatherTop{labels.data(), 1, 1.0f, label.data()});
+      EXPECT_EQ(counter.passes, p + 1);
+      for (int64_t r = 0; r < batch; ++r) {
+        const int64_t s = c.samples[p * batch + r];
+        ASSERT_EQ(label[r], float(labels[s])) << "pass " << p << " row " << r;
+        for (int64_t j = 0; j < cols; ++j) {
+          ASSERT_EQ(dst[r * cols + j], scale * static_cast<float>(src[s * cols + j]))
+              << "pass " << p << " row " << r << " column " << j;
+        }
+      }
     }
   }
 }

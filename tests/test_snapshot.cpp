@@ -489,10 +489,13 @@ struct ResumeResult {
 };
 
 // total iterations straight, or total/2 + snapshot + restore into a new solver + the rest.
+// `more` overrides the solver settings.
 ResumeResult train_tiny(Backend& backend, const TempDir& dir, const std::string& settings,
-                        int total, bool interrupt, const std::string& tag) {
+                        int total, bool interrupt, const std::string& tag,
+                        const std::string& more = "") {
   const NetParameter net = parse_net_parameter(tiny_net(dir), "tiny");
-  SolverParameter param = solver_param(settings, "snapshot_prefix: \"" + (dir / tag) + "\"");
+  SolverParameter param =
+      solver_param(settings, "snapshot_prefix: \"" + (dir / tag) + "\" " + more);
   ResumeResult r;
   auto first = std::make_unique<Solver>(param, net, backend);
   if (interrupt) {
@@ -518,11 +521,7 @@ ResumeResult train_tiny(Backend& backend, const TempDir& dir, const std::string&
   return r;
 }
 
-void expect_exact_resume(Backend& backend, const char* settings, int total) {
-  TempDir dir;
-  write_tiny_data(dir);
-  const ResumeResult straight = train_tiny(backend, dir, settings, total, false, "straight");
-  const ResumeResult resumed = train_tiny(backend, dir, settings, total, true, "resumed");
+void expect_same_results(const ResumeResult& straight, const ResumeResult& resumed) {
   EXPECT_EQ(compare_losses(straight.losses, {}, resumed.losses), "");
   EXPECT_TRUE(same_bits(straight.weights, resumed.weights)) << "the weights differ";
   EXPECT_EQ(straight.weights_file, resumed.weights_file) << "the weights files differ";
@@ -532,6 +531,14 @@ void expect_exact_resume(Backend& backend, const char* settings, int total) {
     EXPECT_EQ(straight.tests[i].second.value("accuracy"), resumed.tests[i].second.value("accuracy"));
     EXPECT_EQ(straight.tests[i].second.value("loss"), resumed.tests[i].second.value("loss"));
   }
+}
+
+void expect_exact_resume(Backend& backend, const char* settings, int total,
+                         const std::string& more = "") {
+  TempDir dir;
+  write_tiny_data(dir);
+  expect_same_results(train_tiny(backend, dir, settings, total, false, "straight", more),
+                      train_tiny(backend, dir, settings, total, true, "resumed", more));
 }
 
 // 46 iterations of 8 of 50 samples: 7 shuffled epochs, resumed in the middle of one; the
@@ -554,6 +561,80 @@ TEST(ExactResume, TinyNetWithShuffleAndDropoutSgdCuda) {
 TEST(ExactResume, TinyNetWithShuffleAndDropoutAdamCuda) {
   LAMINA_CUDA_BACKEND_OR_SKIP(backend);
   expect_exact_resume(*backend, kAdam, 46);
+}
+
+// Replayed steps (CUDA graphs): display every 5th iteration, so the others replay; 4 passes
+// per iteration over 6 batches per epoch, so epochs begin inside replayed steps.
+const char* kReplayed = "display: 5 iter_size: 4";
+
+TEST(ExactResume, TinyNetReplayedStepsCuda) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+  expect_exact_resume(*backend, kSgd, 46, kReplayed);
+}
+
+// The same run with every operation launched directly gives the same bits.
+TEST(CudaGraphs, TinyNetReplayedEqualsDirect) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+  for (const char* settings : {kSgd, kAdam}) {
+    TempDir dir;
+    write_tiny_data(dir);
+    expect_same_results(
+        train_tiny(*backend, dir, settings, 46, false, "direct",
+                   std::string(kReplayed) + " cuda_graph: false"),
+        train_tiny(*backend, dir, settings, 46, false, "replayed", kReplayed));
+  }
+}
+
+// The criterion: 200 iterations of the MNIST MLP and LeNet, replayed as CUDA graphs
+// and launched directly, give bit-identical weights and the same displayed losses and tests.
+void expect_replayed_equals_direct(const std::string& model) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+  mnist::ModelOptions options;
+  options.data_dir = testing::mnist_dir();
+  if (!fs::exists(options.data_dir + "/train-images-idx3-ubyte") &&
+      !fs::exists(options.data_dir + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "MNIST is not in " << options.data_dir << " (scripts/fetch_mnist.sh)";
+  mnist::Model m = mnist::load_model(model, options);
+  m.solver.set_display(50);
+  m.solver.set_test_interval(100);
+  m.solver.clear_test_iter();
+  m.solver.add_test_iter(20);
+  m.solver.set_clip_gradients(10);
+  std::vector<float> weights[2];
+  std::vector<LossRecord> losses[2];
+  std::vector<std::pair<int, TestResult>> tests[2];
+  for (int replay = 0; replay < 2; ++replay) {
+    m.solver.set_cuda_graph(replay == 1);
+    Solver solver(m.solver, m.net, *backend, m.net_path);
+    solver.step(200);
+    solver.test();
+    EXPECT_EQ(solver.replays_steps(), replay == 1);
+    EXPECT_EQ(solver.step_operations() > 0, replay == 1);
+    weights[replay] = arena_of(solver.net());
+    losses[replay] = solver.loss_history();
+    tests[replay] = solver.test_history();
+    if (replay) {
+      std::printf("%s on %s: the recorded step has %lld operations\n", model.c_str(),
+                  backend->name().c_str(), static_cast<long long>(solver.step_operations()));
+    }
+  }
+  EXPECT_TRUE(same_bits(weights[0], weights[1])) << "the weights after 200 iterations differ";
+  EXPECT_EQ(compare_losses(losses[0], {}, losses[1]), "");
+  ASSERT_EQ(tests[0].size(), tests[1].size());
+  for (size_t i = 0; i < tests[0].size(); ++i) {
+    for (size_t k = 0; k < tests[0][i].second.outputs.size(); ++k) {
+      EXPECT_EQ(tests[0][i].second.outputs[k], tests[1][i].second.outputs[k])
+          << "test at iteration " << tests[0][i].first;
+    }
+  }
+}
+
+TEST(CudaGraphs, MnistMlp200IterationsReplayedEqualsDirect) {
+  expect_replayed_equals_direct("mlp");
+}
+
+TEST(CudaGraphs, MnistLenet200IterationsReplayedEqualsDirect) {
+  expect_replayed_equals_direct("lenet");
 }
 
 // The criterion: the MNIST MLP, 200 iterations straight against 100 + snapshot +

@@ -207,6 +207,7 @@ struct TrainOptions {
   bool allow_unmatched_weights = false;
   std::string sigint_effect = "stop", sigterm_effect = "stop", sighup_effect = "snapshot";
   std::string snapshot_failure, nonfinite;  // empty: as the solver file says
+  bool no_cuda_graph = false;
 };
 
 int train(const TrainOptions& o) {
@@ -221,6 +222,7 @@ int train(const TrainOptions& o) {
   if (!o.snapshot_failure.empty())
     param.set_snapshot_failure(parse_failure("--snapshot-failure", o.snapshot_failure));
   if (!o.nonfinite.empty()) param.set_nonfinite(parse_failure("--nonfinite", o.nonfinite));
+  if (o.no_cuda_graph) param.set_cuda_graph(false);
   if (!param.has_snapshot_prefix()) {
     // As Caffe: snapshots go beside the solver file, named after it.
     param.set_snapshot_prefix(std::filesystem::path(o.solver_path).replace_extension().string());
@@ -436,6 +438,9 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--nonfinite", train_options.nonfinite,
                         "When a loss, gradient or weight becomes NaN or infinite: stop or "
                         "continue (default: the solver's nonfinite, STOP)");
+  train_cmd->add_flag("--no-cuda-graph", train_options.no_cuda_graph,
+                      "Launch every operation of a step directly instead of replaying it as "
+                      "a CUDA graph (the solver's cuda_graph: false)");
 
   auto* test_cmd = app.add_subcommand("test", "Score trained weights on a net's TEST phase");
   test_cmd->add_option("--model", model_path, "Net prototxt (its TEST phase)")->required();

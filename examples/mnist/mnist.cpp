@@ -29,6 +29,7 @@ struct Options {
   std::string dataset = "mnist";
   lamina::mnist::ModelOptions model_options;
   std::string gpu;  // empty: as the solver file says
+  bool no_cuda_graph = false;
 };
 
 // The model's prototxt files are models/<dir>/<file>_{solver,train}.prototxt.
@@ -68,6 +69,7 @@ int run(Options o) {
     if (!o.gpu.empty()) throw;  // the GPU came from the solver file, which --gpu overrides
     throw lamina::Error(std::string(e.what()) + " (mnist: --gpu -1 trains on the CPU)");
   }
+  if (o.no_cuda_graph) m.solver.set_cuda_graph(false);
   lamina::Solver trainer(m.solver, m.net, *backend, m.net_path);
   std::printf("%s %s on %s: batch %d, lr %g (%s), momentum %g, weight decay %g, seed %lld, "
               "%d epochs of %d iterations\n",
@@ -151,6 +153,8 @@ int main(int argc, char** argv) {
                  "GPU device to train on; -1 trains on the CPU even if the solver says "
                  "solver_mode: GPU (default: as the solver says, the CPU for the files shipped)")
       ->type_name("INT");
+  app.add_flag("--no-cuda-graph", o.no_cuda_graph,
+               "Launch every operation directly instead of replaying each step as a CUDA graph");
   const auto not_empty =
       accepts<std::string>("a directory", [](const std::string& v) { return !v.empty(); });
   app.add_option("--data-dir", o.model_options.data_dir,

@@ -3,16 +3,28 @@
 // Layers are written once against this interface; NativeBackend (OpenBLAS, host memory) and
 // CudaBackend (cuBLAS, cuDNN, Lamina's kernels, device memory) implement it. All pointers
 // are in the backend's own memory unless the parameter name says host. Operations are
-// asynchronous on devices: only copy_to_host, dot and synchronize wait for the device.
-// Matrices are row-major. Scalars a kernel needs from a previous kernel (a loss, its
-// normaliser) stay in device memory and are passed as pointers, never read back.
+// asynchronous on devices: only copy_to_host and synchronize wait for the device.
+// Matrices are row-major.
+//
+// What is passed by value and what by pointer: arguments passed by value are constants of
+// the net (shapes, ratios, seeds, the solver's hyperparameters), the same at every pass.
+// Everything that changes from one pass or iteration to the next lives in backend memory and
+// is advanced there by the operation that uses it: the solver's StepState (iteration,
+// learning rate, bias correction, gradient scale, loss slot; step_state.hpp), a layer's
+// PassCounter (data cursor, dropout offset; pass_counter.hpp), and scalars one operation
+// produces for another (a loss, its normaliser, a norm), which are never read back. So a
+// training step is the same sequence of launches with the same arguments every iteration,
+// which the CUDA backend captures once and replays (capture(), below).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "lamina/pass_counter.hpp"
 #include "lamina/step_state.hpp"
 
 namespace lamina {
@@ -106,6 +118,20 @@ inline const char* operation_name(Operation op) {
   return "unknown";
 }
 
+// Operations recorded by Backend::capture, launched again as one unit.
+class CapturedOps {
+ public:
+  virtual ~CapturedOps() = default;
+  // Runs the recorded operations once, with the arguments they were recorded with,
+  // asynchronously like the operations themselves.
+  virtual void launch() = 0;
+  // The operations recorded (kernels, copies, library calls: the CUDA graph's nodes).
+  virtual int64_t operations() const = 0;
+  // False once memory the recording refers to has been replaced (a workspace grew): capture
+  // again before launching.
+  virtual bool valid() const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -182,14 +208,18 @@ class Backend {
   // A score ties with the label's score counts against it only if strictly greater.
   virtual void accuracy(int64_t rows, int64_t cols, int top_k, const float* x,
                         const float* labels, const LossOptions& options, float* out) = 0;
-  // mask[i] = keep ? 1/(1-ratio) : 0, keep when uniform(seed, offset + i) >= ratio, using
-  // the counter-based generator in counter_rng.hpp (identical on every backend); y = x*mask.
+  // Operations that read and advance a PassCounter (pass_counter.hpp): each pass runs the
+  // same launch with the same arguments, and the counter selects this pass's values.
+  // Dropout: with p = counter->passes, mask[i] = keep ? 1/(1-ratio) : 0, keep when
+  // uniform(seed, offset + p n + i) >= ratio, using the counter-based generator in
+  // counter_rng.hpp (identical on every backend); y = x * mask. Then counter->passes + 1.
   virtual void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
-                               const float* x, float* mask, float* y) = 0;
-  // dst (rows, cols) row r = scale * src[order[(start + r) % order_len]] (uint8 -> float).
-  virtual void gather_rows(int64_t rows, int64_t cols, const uint8_t* src,
-                           const int32_t* order, int64_t order_len, int64_t start, float scale,
-                           float* dst) = 0;
+                               PassCounter* counter, const float* x, float* mask,
+                               float* y) = 0;
+  // A data layer's batch: for each top, dst row r = scale * src[order.sample(p, r)] (uint8 ->
+  // float) for r < order.batch, p = order.counter->passes. Then order.counter->passes + 1.
+  virtual void gather_batch(const BatchOrder& order, const GatherTop& data,
+                            const GatherTop& label) = 0;
 
   // ---- convolutional networks: optional ----
   // Each group is optional: a backend says which it implements in supports(), and the
@@ -285,7 +315,22 @@ class Backend {
   // state->grad_sumsq, which the caller has written (dot).
   virtual void advance_step(const StepSchedule& schedule, StepState* state) = 0;
 
+  // ---- captured steps ----
+  // Whether capture() works on this backend (CUDA: graphs). Where it does not, callers run
+  // the operations themselves every time.
+  virtual bool can_capture() const { return false; }
+  // Calls ops with the backend recording the operations it launches instead of running them,
+  // and returns the recording; nothing ops launched has run. Throws an Error saying why when
+  // the operations cannot be recorded: an operation inside waits for the device, copies
+  // from or to the host, or allocates (everything a step needs must exist before it is
+  // captured, so run it once first). Host code in ops runs once, now.
+  std::unique_ptr<CapturedOps> capture(const std::function<void()>& ops);
+
  protected:
+  virtual void begin_capture();
+  // Ends the recording begun by begin_capture; keep false: discard it (ops threw) and
+  // return null.
+  virtual std::unique_ptr<CapturedOps> end_capture(bool keep);
   // Throws the Error of an optional operation this backend does not implement.
   [[noreturn]] void unsupported(Operation op, const char* function) const;
 };

@@ -101,6 +101,23 @@ class Layer {
   virtual std::vector<int64_t> state() const { return {}; }
   virtual void set_state(const std::vector<int64_t>& state);
 
+  // Captured steps (CUDA graphs). The solver may record a training step's operations once
+  // and replay them, without calling forward() again. A layer whose forward does host work
+  // besides launching operations does it in these two instead; operations whose arguments
+  // change from pass to pass cannot be replayed: such values live in backend memory
+  // (PassCounter, pass_counter.hpp).
+  // Before `passes` forward passes are replayed: the host work they need done first (a data
+  // layer uploads a new epoch's order). Returns false when that cannot be done ahead for so
+  // many passes, and the caller runs them through forward() instead.
+  virtual bool prepare_replay(int64_t /*passes*/) { return true; }
+  // After `passes` forward passes were replayed: the host bookkeeping forward() would have
+  // done (the position a snapshot records).
+  virtual void replayed(int64_t /*passes*/) {}
+  // Why the layer's operations cannot be recorded and replayed, or empty when they can (the
+  // default). A layer that reads results on the host, or passes arguments that change
+  // between passes, says so here; the solver then runs every step directly and logs why.
+  virtual std::string capture_blocker() const { return {}; }
+
  protected:
   // Declares a parameter (only in setup); role is e.g. "weight" or "bias".
   Tensor& add_param(const std::string& role, const Shape& shape, const FillerParameter& filler);

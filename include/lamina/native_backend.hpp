@@ -54,10 +54,10 @@ class NativeBackend final : public Backend {
                                const float* dloss, float* dx) override;
   void accuracy(int64_t rows, int64_t cols, int top_k, const float* x, const float* labels,
                 const LossOptions& options, float* out) override;
-  void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset, const float* x,
-                       float* mask, float* y) override;
-  void gather_rows(int64_t rows, int64_t cols, const uint8_t* src, const int32_t* order,
-                   int64_t order_len, int64_t start, float scale, float* dst) override;
+  void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
+                       PassCounter* counter, const float* x, float* mask, float* y) override;
+  void gather_batch(const BatchOrder& order, const GatherTop& data,
+                    const GatherTop& label) override;
 
   void conv_forward(const ConvGeometry& g, const float* x, const float* weight, const float* bias,
                     float* y) override;

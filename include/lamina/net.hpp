@@ -65,6 +65,17 @@ class Net {
   // `source` names where the states came from, for messages.
   void set_layer_states(const LayerStates& states, const std::string& source);
 
+  // Captured steps (Layer::prepare_replay, replayed, capture_blocker), over every layer.
+  // Whether every layer could prepare the next `passes` forward passes for a replay.
+  bool prepare_replay(int64_t passes);
+  void replayed(int64_t passes);
+  // Why the net's operations cannot be recorded ("layer 'x' (T): reason"), or empty.
+  std::string capture_blocker() const;
+  // Changes whenever something recorded operations depend on changes: set_layer_states
+  // restarts the layers' counters from new positions. A recording of an older generation
+  // must not be replayed.
+  int64_t generation() const { return generation_; }
+
   // Diagnosis of a non-finite loss or gradient: runs the net forward layer by layer,
   // checking every top, then backward (after zeroing the parameter gradients), checking
   // every bottom gradient and parameter gradient each layer produces. Returns a description
@@ -108,6 +119,7 @@ class Net {
   std::map<std::string, int> blob_index_;
   std::vector<bool> blob_needs_grad_;
   std::vector<std::string> output_names_;
+  int64_t generation_ = 0;
   std::vector<std::pair<int, float>> loss_blobs_;  // (blob, weight)
   std::unique_ptr<Tensor> loss_;                    // (1)
 

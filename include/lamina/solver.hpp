@@ -125,8 +125,32 @@ class Solver {
   // Whether the last step() or solve() returned early because of a kStop action.
   bool stopped_early() const { return stopped_early_; }
 
+  // ---- captured steps (solver_graphs.cpp, docs/performance.md) ----
+  // Whether iterations are replayed from a recording: cuda_graph is on, the backend can
+  // capture, and every layer can be captured. The first iteration (and the first test) runs
+  // directly, sizing workspaces and choosing algorithms; the second is recorded and every
+  // later one without display replays it. Display iterations run directly, with their checks
+  // between the step's passes and its update.
+  bool replays_steps() const { return graphs_; }
+  // The operations in the recorded training step (CUDA graph nodes); 0 before it is recorded.
+  int64_t step_operations() const { return step_graph_ ? step_graph_->operations() : 0; }
+
  private:
+  // One iteration's operations: forward_backward, advance_step_state, apply_update.
+  void forward_backward();  // zeroes the gradients, then iter_size forward/backward passes
   void apply_update();
+  // The iteration by replaying the recorded step (recording it first if needed); false when
+  // it cannot be replayed now and the caller runs the operations itself.
+  bool replay_step();
+  // The test's forward passes, the same way; run_test_passes runs them directly.
+  bool replay_test();
+  void run_test_passes();
+  // What both share: replays `graph` (of net's `passes` forward passes), or records `ops`
+  // into it and launches that, logging `what` was recorded.
+  bool replay(Net& net, int passes, const char* what, std::unique_ptr<CapturedOps>& graph,
+              int64_t& generation, const std::function<void()>& ops);
+  // Snapshots and actions after an iteration; false when an action stopped training.
+  bool after_iteration();
   float smoothed_loss();
   // Copies the loss ring and its check slot to ring_host_ (one copy).
   void read_ring();
@@ -184,6 +208,15 @@ class Solver {
   std::function<SolverAction()> action_source_;
   bool stopped_early_ = false;
   bool stop_snapshot_saved_ = true;  // false: a stop asked for a snapshot that failed
+  bool graphs_ = false;     // replays_steps()
+  bool step_warm_ = false;  // an iteration has run directly
+  bool test_warm_ = false;  // a test has run directly
+  std::unique_ptr<CapturedOps> step_graph_, test_graph_;
+  int64_t step_graph_generation_ = 0, test_graph_generation_ = 0;  // the nets' generation()
+  // Decides replays_steps() at construction, logging why not when cuda_graph is on.
+  void init_replays();
+  // Turns replays off for the rest of the run, logging why once.
+  void stop_replaying(const std::string& why);
 };
 
 }  // namespace lamina

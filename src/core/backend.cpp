@@ -1,7 +1,8 @@
 // The Backend's defaults for its optional operations (the convolutional section of
 // backend.hpp): each throws an Error naming the backend and the operation, so a backend that
 // implements only memory, BLAS and the MLP operations is complete, and a caller that skips the
-// net's supports() check gets a message instead of a crash.
+// net's supports() check gets a message instead of a crash. And capture(), with the defaults
+// of a backend that cannot capture.
 #include "lamina/backend.hpp"
 
 #include "lamina/common.hpp"
@@ -63,6 +64,26 @@ void Backend::eltwise_max_forward(int64_t, int, const float*, float*, int32_t*) 
 }
 void Backend::eltwise_max_backward(int64_t, int, const float*, const int32_t*, float*) {
   unsupported(Operation::kEltwiseMax, "eltwise_max_backward");
+}
+
+std::unique_ptr<CapturedOps> Backend::capture(const std::function<void()>& ops) {
+  begin_capture();
+  try {
+    ops();
+  } catch (...) {
+    end_capture(false);
+    throw;
+  }
+  return end_capture(true);
+}
+
+void Backend::begin_capture() {
+  fail("the ", name(), " backend cannot capture operations (can_capture() is false); run "
+       "them directly");
+}
+
+std::unique_ptr<CapturedOps> Backend::end_capture(bool) {
+  fail("the ", name(), " backend cannot capture operations");
 }
 
 }  // namespace lamina

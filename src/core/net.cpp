@@ -91,8 +91,28 @@ void Net::set_layer_states(const LayerStates& states, const std::string& source)
     }
   } catch (const Error& e) {
     for (Layer* layer : done) layer->set_state(before.at(layer->name()));  // roll back
+    ++generation_;
     fail(source, ": ", e.what());
   }
+  ++generation_;
+}
+
+bool Net::prepare_replay(int64_t passes) {
+  for (auto& layer : layers_)
+    if (!layer->prepare_replay(passes)) return false;
+  return true;
+}
+
+void Net::replayed(int64_t passes) {
+  for (auto& layer : layers_) layer->replayed(passes);
+}
+
+std::string Net::capture_blocker() const {
+  for (const auto& layer : layers_) {
+    const std::string why = layer->capture_blocker();
+    if (!why.empty()) return "layer '" + layer->name() + "' (" + layer->type() + "): " + why;
+  }
+  return {};
 }
 
 bool Net::has_blob(const std::string& name) const { return blob_index_.count(name) > 0; }

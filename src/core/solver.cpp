@@ -97,6 +97,7 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   schedule_.loss_sum = loss_sum_.as<float>();
   step_state_ = Buffer(backend, sizeof(StepState));
   upload_step_state();
+  init_replays();
 }
 
 void Solver::upload_step_state() {
@@ -171,8 +172,7 @@ void Solver::solve() {
 
 void Solver::step(int iters) {
   const int average = param_.average_loss();
-  ParamArena& arena = net_->arena();
-  const int64_t n = arena.count();
+  const int64_t n = net_->arena().count();
   stopped_early_ = false;
   for (int k = 0; k < iters; ++k) {
     // A restored state may sit at the last iteration an int counts (found by fuzz_solverstate).
@@ -188,29 +188,23 @@ void Solver::step(int iters) {
     // that displaying makes anyway. The weights and gradients: at display iterations (a pass
     // over the arena costs about 3% of an MLP iteration on the CPU), and in every snapshot.
     const bool check = display || backend_.is_host();
+    ++loss_sum_count_;
+    if (!check && replay_step()) {
+      ++iter_;
+      if (!after_iteration()) return;
+      continue;
+    }
+    // The operations run directly: as replay_step's recording, with the display's checks
+    // between the step's passes and its update.
     Net::LayerStates states_before;
     if (check) states_before = net_->layer_states();  // to replay this batch in a diagnosis
-    arena.zero_diff();
-    // This iteration's loss (schedule_.loss); advance_step stores it in the ring at the step
-    // state's iteration: the same arguments every iteration.
-    if (param_.iter_size() == 1) {
-      net_->forward();
-      net_->backward();
-    } else {
-      float* loss = loss_now_.as<float>();
-      backend_.zero(sizeof(float), loss);
-      for (int i = 0; i < param_.iter_size(); ++i) {
-        net_->forward();
-        net_->backward();
-        backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), loss);
-      }
-    }
+    forward_backward();
     advance_step_state();
-    ++loss_sum_count_;
     if (display && n > 0) {
       // weights . gradients is NaN or infinite when any weight or gradient is (x * NaN,
       // inf * 0, inf * x all are); it can also overflow, which check_finite tells apart.
-      backend_.dot(n, arena.data(), arena.diff(), loss_ring_.as<float>() + average);
+      backend_.dot(n, net_->arena().data(), net_->arena().diff(),
+                   loss_ring_.as<float>() + average);
     }
     if (check) read_ring();
     if (display) {
@@ -220,21 +214,43 @@ void Solver::step(int iters) {
     }
     if (check) check_finite(states_before, display);
     apply_update();
+    step_warm_ = true;
     ++iter_;
-    if (param_.snapshot() > 0 && iter_ % param_.snapshot() == 0) snapshot_as_configured("periodic");
-    if (!action_source_) continue;
-    const SolverAction action = action_source_();
-    if (action == SolverAction::kSnapshot) snapshot_as_configured("requested");
-    if (action == SolverAction::kStop) {
-      if (param_.snapshot_prefix().empty()) {
-        LOG(WARNING) << "Stopping at iteration " << iter_ << " as requested; snapshot_prefix is "
-                     << "not set, so no snapshot is written";
-      } else {
-        stop_snapshot_saved_ = snapshot_as_configured("stop");
-      }
-      stopped_early_ = true;
-      return;
-    }
+    if (!after_iteration()) return;
+  }
+}
+
+bool Solver::after_iteration() {
+  if (param_.snapshot() > 0 && iter_ % param_.snapshot() == 0) snapshot_as_configured("periodic");
+  if (!action_source_) return true;
+  const SolverAction action = action_source_();
+  if (action == SolverAction::kSnapshot) snapshot_as_configured("requested");
+  if (action != SolverAction::kStop) return true;
+  if (param_.snapshot_prefix().empty()) {
+    LOG(WARNING) << "Stopping at iteration " << iter_ << " as requested; snapshot_prefix is "
+                 << "not set, so no snapshot is written";
+  } else {
+    stop_snapshot_saved_ = snapshot_as_configured("stop");
+  }
+  stopped_early_ = true;
+  return false;
+}
+
+void Solver::forward_backward() {
+  net_->arena().zero_diff();
+  // This iteration's loss (schedule_.loss); advance_step stores it in the ring at the step
+  // state's iteration: the same arguments every iteration.
+  if (param_.iter_size() == 1) {
+    net_->forward();
+    net_->backward();
+    return;
+  }
+  float* loss = loss_now_.as<float>();
+  backend_.zero(sizeof(float), loss);
+  for (int i = 0; i < param_.iter_size(); ++i) {
+    net_->forward();
+    net_->backward();
+    backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), loss);
   }
 }
 
@@ -277,8 +293,7 @@ void Solver::apply_update() {
                   arena.num_state() > 1 ? arena.state(1) : nullptr);
 }
 
-TestResult Solver::test() {
-  LAMINA_REQUIRE(test_net_ != nullptr, "the solver has no test net: set test_iter");
+void Solver::run_test_passes() {
   float* sums = test_sums_.as<float>();
   backend_.zero(test_sums_.bytes(), sums);
   const int iters = param_.test_iter(0);
@@ -295,6 +310,16 @@ TestResult Solver::test() {
       backend_.axpy(out.count(), 1.0f, out.data(), sums + offset);
       offset += out.count();
     }
+  }
+}
+
+TestResult Solver::test() {
+  LAMINA_REQUIRE(test_net_ != nullptr, "the solver has no test net: set test_iter");
+  float* sums = test_sums_.as<float>();
+  const int iters = param_.test_iter(0);
+  if (!replay_test()) {
+    run_test_passes();
+    test_warm_ = true;
   }
   std::vector<float> host(test_sums_.bytes() / sizeof(float));
   backend_.copy_to_host(test_sums_.bytes(), sums, host.data());

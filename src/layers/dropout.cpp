@@ -3,8 +3,10 @@
 //
 // The mask comes from the counter-based generator keyed by the layer's seed and an offset that
 // advances by the element count every forward pass: each iteration draws new numbers, and the
-// same seed replays the same masks on every backend. Works in place. State (snapshots): the
-// seed and the offset, so a resumed run draws the masks an uninterrupted one would.
+// same seed replays the same masks on every backend. The pass count is a PassCounter in
+// backend memory that dropout_forward reads and advances, so every pass is the same launch
+// (a captured step replays it). Works in place. State (snapshots): the seed and the offset,
+// so a resumed run draws the masks an uninterrupted one would.
 #include <memory>
 
 #include "lamina/layer.hpp"
@@ -28,15 +30,17 @@ class DropoutLayer : public Layer {
     if (top[0] != bottom[0]) top[0]->reshape(bottom[0]->shape());
     if (phase_ == TRAIN) {
       mask_ = std::make_unique<Tensor>(backend_, bottom[0]->shape(), name() + "/mask");
+      counter_ = Buffer(backend_, sizeof(PassCounter));
+      restart(0);
     }
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     const int64_t n = bottom[0]->count();
     if (phase_ == TRAIN) {
-      backend_.dropout_forward(n, ratio_, seed_, offset_, bottom[0]->data(),
-                               mask_->mutable_data(), top[0]->mutable_data());
-      offset_ += static_cast<uint64_t>(n);
+      backend_.dropout_forward(n, ratio_, seed_, offset_, counter_.as<PassCounter>(),
+                               bottom[0]->data(), mask_->mutable_data(), top[0]->mutable_data());
+      ++passes_;
     } else if (top[0] != bottom[0]) {
       backend_.copy(sizeof(float) * n, bottom[0]->data(), top[0]->mutable_data());
     }
@@ -56,7 +60,7 @@ class DropoutLayer : public Layer {
   // (seed, offset)
   std::vector<int64_t> state() const override {
     if (phase_ != TRAIN) return {};
-    return {int64_t(seed_), int64_t(offset_)};
+    return {int64_t(seed_), int64_t(offset_ + uint64_t(passes_) * uint64_t(mask_->count()))};
   }
 
   void set_state(const std::vector<int64_t>& state) override {
@@ -64,12 +68,23 @@ class DropoutLayer : public Layer {
     LAMINA_REQUIRE(state.size() == 2, where(), "the snapshot holds ", state.size(),
                    " state values; Dropout keeps 2 (seed, offset)");
     seed_ = uint64_t(state[0]);
-    offset_ = uint64_t(state[1]);
+    restart(uint64_t(state[1]));
   }
 
+  void replayed(int64_t passes) override { passes_ += passes; }
+
  private:
+  // Pass 0 draws from offset; the pass counter starts again from zero.
+  void restart(uint64_t offset) {
+    offset_ = offset;
+    passes_ = 0;
+    backend_.zero(sizeof(PassCounter), counter_.get());
+  }
+
   float ratio_ = 0.5f;
-  uint64_t offset_ = 0;           // counter of the next random number
+  uint64_t offset_ = 0;           // the random-number counter of pass 0's first element
+  int64_t passes_ = 0;            // the pass counter's value as the host knows it
+  Buffer counter_;                // TRAIN only: a PassCounter
   std::unique_ptr<Tensor> mask_;  // TRAIN only; shaped like the bottom
 };
 

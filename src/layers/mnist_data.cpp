@@ -7,13 +7,17 @@
 //           transform_param { scale: 0.00390625 } }
 //
 // Tops: data (N, 1, H, W) = scale * pixel, label (N) = class index as float.
-// The whole data set is uploaded once at setup as uint8; each forward is one gather_rows per
-// top, so a steady-state iteration makes no host/device copy. Without shuffle, batches walk
-// the files in order and wrap around (gather_rows takes the index modulo the sample count).
-// With shuffle, every epoch draws a permutation (seeded by the layer's seed and the epoch
-// number), uploads it once, and takes full batches only: the last partial batch is dropped.
+// The whole data set is uploaded once at setup as uint8; each forward is one gather_batch for
+// both tops, which reads the layer's pass counter in backend memory and advances it, so a
+// steady-state iteration makes no host/device copy and launches the same operation with the
+// same arguments (a captured step replays it). Without shuffle, batches walk the files in
+// order and wrap around. With shuffle, every epoch draws a permutation (seeded by the layer's
+// seed and the epoch number) and takes full batches only: the last partial batch is dropped.
+// Each epoch's permutation is uploaded once, before its first batch, into one of two slots
+// (epoch % 2), so the passes of one replayed step may span two epochs.
 // State (snapshots): seed, epoch, cursor and the sample count; restoring it redraws and
 // uploads that epoch's permutation, so a resumed run sees the same batches.
+#include <array>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -71,35 +75,44 @@ class MnistDataLayer final : public Layer {
 
     images_ = Buffer(backend_, images.values.size());  // (S, H*W) uint8
     labels_ = Buffer(backend_, labels.values.size());  // (S) uint8
-    order_ = Buffer(backend_, sizeof(int32_t) * samples_);  // (S) int32
     backend_.copy_from_host(images_.bytes(), images.values.data(), images_.get());
     backend_.copy_from_host(labels_.bytes(), labels.values.data(), labels_.get());
     if (shuffle_) {
-      start_epoch(0);
-    } else {
-      std::vector<int32_t> identity(samples_);
-      std::iota(identity.begin(), identity.end(), 0);
-      backend_.copy_from_host(order_.bytes(), identity.data(), order_.get());
+      for (Buffer& order : orders_) order = Buffer(backend_, sizeof(int32_t) * samples_);
     }
+    counter_ = Buffer(backend_, sizeof(PassCounter));
+    restart(0);
     top[0]->reshape({batch_, 1, images.dims[1], images.dims[2]});
     top[1]->reshape({batch_});
   }
 
   void forward(const Tensors& /*bottom*/, const Tensors& top) override {
-    if (shuffle_ && cursor_ + batch_ > samples_) start_epoch(epoch_ + 1);  // drop the rest
-    backend_.gather_rows(batch_, pixels_, images_.as<uint8_t>(), order_.as<int32_t>(),
-                         samples_, cursor_, scale_, top[0]->mutable_data());
-    backend_.gather_rows(batch_, 1, labels_.as<uint8_t>(), order_.as<int32_t>(), samples_,
-                         cursor_, 1.0f, top[1]->mutable_data());
-    cursor_ = shuffle_ ? cursor_ + batch_ : (cursor_ + batch_) % samples_;
+    if (shuffle_) load_epoch(batch_order().epoch(passes_));
+    backend_.gather_batch(batch_order(),
+                          GatherTop{images_.as<uint8_t>(), pixels_, scale_, top[0]->mutable_data()},
+                          GatherTop{labels_.as<uint8_t>(), 1, 1.0f, top[1]->mutable_data()});
+    ++passes_;
   }
 
   void backward_input(const Tensors& /*top*/, const std::vector<bool>& /*propagate*/,
                       const Tensors& /*bottom*/) override {}
 
-  // (seed, epoch, cursor, samples)
+  // The permutations of every epoch the next `passes` passes take, if that is at most two.
+  bool prepare_replay(int64_t passes) override {
+    if (!shuffle_) return true;
+    const BatchOrder order = batch_order();
+    const int64_t first = order.epoch(passes_), last = order.epoch(passes_ + passes - 1);
+    if (last - first > 1) return false;
+    for (int64_t epoch = first; epoch <= last; ++epoch) load_epoch(epoch);
+    return true;
+  }
+
+  void replayed(int64_t passes) override { passes_ += passes; }
+
+  // (seed, epoch, cursor, samples): the position of the next batch.
   std::vector<int64_t> state() const override {
-    return {int64_t(seed_), epoch_, cursor_, samples_};
+    const BatchOrder order = batch_order();
+    return {int64_t(seed_), order.epoch(passes_), order.cursor(passes_), samples_};
   }
 
   void set_state(const std::vector<int64_t>& state) override {
@@ -109,31 +122,54 @@ class MnistDataLayer final : public Layer {
     LAMINA_REQUIRE(samples == samples_, where(), "the snapshot was taken with ", samples,
                    " samples, but '", param_.mnist_data_param().images(), "' holds ", samples_,
                    "; resume with the same data set");
-    LAMINA_REQUIRE(epoch >= 0 && cursor >= 0 && cursor <= samples_ &&
-                       (shuffle_ || (epoch == 0 && cursor < samples_)),
-                   where(), "the snapshot's position (epoch ", epoch, ", sample ", cursor,
-                   ") is impossible for ", samples_, " samples",
-                   shuffle_ ? "" : " without shuffle");
-    seed_ = uint64_t(state[0]);
-    if (shuffle_) start_epoch(epoch);  // the permutation depends on the seed and the epoch
-    epoch_ = epoch;
-    cursor_ = cursor;
+    const bool possible =
+        shuffle_ ? epoch >= 0 && epoch <= kMaxEpoch && cursor >= 0 && cursor <= samples_ &&
+                       cursor % batch_ == 0
+                 : epoch == 0 && cursor >= 0 && cursor < samples_;
+    LAMINA_REQUIRE(possible, where(), "the snapshot's position (epoch ", epoch, ", sample ",
+                   cursor, ") is impossible for ", samples_, " samples in batches of ", batch_,
+                   shuffle_ ? " with shuffle" : " without shuffle");
+    seed_ = uint64_t(state[0]);  // the permutations depend on the seed and the epoch
+    restart(shuffle_ ? epoch * (samples_ / batch_) + cursor / batch_ : cursor);
   }
 
  private:
-  // Draws epoch's permutation on the host and uploads it: the one copy of an epoch.
-  // Fisher-Yates on mt19937_64 directly (not std::shuffle, whose algorithm varies between
-  // standard libraries), so an order is the same everywhere for a given seed.
-  void start_epoch(int64_t epoch) {
+  static constexpr int64_t kMaxEpoch = int64_t{1} << 40;
+
+  BatchOrder batch_order() const {
+    BatchOrder order;
+    order.counter = counter_.as<PassCounter>();
+    order.first = first_;
+    order.batch = batch_;
+    order.samples = samples_;
+    order.shuffle = shuffle_;
+    if (shuffle_) order.order[0] = orders_[0].as<int32_t>(), order.order[1] = orders_[1].as<int32_t>();
+    return order;
+  }
+
+  // Pass 0 takes position first (BatchOrder::first); the counter starts again from zero.
+  void restart(int64_t first) {
+    first_ = first;
+    passes_ = 0;
+    backend_.zero(sizeof(PassCounter), counter_.get());
+    loaded_ = {-1, -1};
+  }
+
+  // Draws epoch's permutation on the host and uploads it to its slot, unless it is there:
+  // the one copy of an epoch. Fisher-Yates on mt19937_64 directly (not std::shuffle, whose
+  // algorithm varies between standard libraries), so an order is the same everywhere for a
+  // given seed.
+  void load_epoch(int64_t epoch) {
+    const int slot = int(epoch % 2);
+    if (loaded_[slot] == epoch) return;
     std::seed_seq seq{uint32_t(seed_), uint32_t(seed_ >> 32), uint32_t(epoch),
                       uint32_t(uint64_t(epoch) >> 32)};
     std::mt19937_64 rng(seq);
     std::vector<int32_t> order(samples_);
     std::iota(order.begin(), order.end(), 0);
     for (int64_t i = samples_ - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
-    backend_.copy_from_host(order_.bytes(), order.data(), order_.get());
-    epoch_ = epoch;
-    cursor_ = 0;
+    backend_.copy_from_host(orders_[slot].bytes(), order.data(), orders_[slot].get());
+    loaded_[slot] = epoch;
   }
 
   int64_t batch_ = 0;
@@ -141,9 +177,12 @@ class MnistDataLayer final : public Layer {
   int64_t pixels_ = 0;   // H*W
   float scale_ = 1;
   bool shuffle_ = false;
-  Buffer images_, labels_, order_;
-  int64_t epoch_ = 0;
-  int64_t cursor_ = 0;  // index into the order of the next batch's first sample
+  Buffer images_, labels_;
+  std::array<Buffer, 2> orders_;     // with shuffle: epoch e's permutation in orders_[e % 2]
+  std::array<int64_t, 2> loaded_{};  // the epoch in each slot, -1 for none
+  Buffer counter_;                   // a PassCounter: the passes since restart()
+  int64_t first_ = 0;                // BatchOrder::first
+  int64_t passes_ = 0;               // the counter's value as the host knows it
 };
 
 }  // namespace

@@ -63,6 +63,7 @@ void CudaBackend::copy(size_t bytes, const void* src, void* dst) {
 
 void CudaBackend::copy_to_host(size_t bytes, const void* src, void* host_dst) {
   const cudaStream_t s = on_device();
+  context_.require_not_capturing("a copy to the host");
   if (bytes == 0) return;
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -79,7 +80,10 @@ void CudaBackend::zero(size_t bytes, void* p) {
   LAMINA_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, s));
 }
 
-void CudaBackend::synchronize() { LAMINA_CUDA_CHECK(cudaStreamSynchronize(on_device())); }
+void CudaBackend::synchronize() {
+  context_.require_not_capturing("synchronize()");
+  LAMINA_CUDA_CHECK(cudaStreamSynchronize(on_device()));
+}
 
 // ---------------------------------------------------------------------------------------
 // BLAS

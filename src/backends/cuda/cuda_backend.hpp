@@ -5,7 +5,7 @@
 //   cuda_backend.cpp     memory, transfers, cuBLAS calls, make_cuda_backend, device_query
 //   blas_kernels.cu      fill, mul, axpby, dot
 //   activation_kernels.cu, softmax_kernels.cu, loss_kernels.cu (cross-entropy, NLL,
-//   euclidean, accuracy), data_kernels.cu (dropout, gather_rows), update_kernel.cu
+//   euclidean, accuracy), data_kernels.cu (dropout, gather_batch), update_kernel.cu
 //   cudnn.cpp            everything cuDNN (the one file that includes cudnn.h): the handle,
 //                        and convolution, with its plans (descriptors, algorithms) cached
 //                        per geometry in the context
@@ -13,6 +13,7 @@
 //                        geometries cuDNN cannot take
 //   pooling_kernels.cu, channel_kernels.cu (batch norm, per-channel affine and sums),
 //   eltwise_kernels.cu (copy_rows, eltwise max)
+//   cuda_graph.cpp       capture(): steps recorded into CUDA graphs and replayed
 // Conventions: every launch is checked (LAMINA_CUDA_LAUNCHED); scalars produced on the
 // device (loss, norm, accuracy) stay there; reductions to a scalar use a fixed order (block
 // tree reductions, then one block over the partial results), so they are bit-identical run
@@ -84,10 +85,10 @@ class CudaBackend final : public Backend {
                                const float* dloss, float* dx) override;
   void accuracy(int64_t rows, int64_t cols, int top_k, const float* x, const float* labels,
                 const LossOptions& options, float* out) override;
-  void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset, const float* x,
-                       float* mask, float* y) override;
-  void gather_rows(int64_t rows, int64_t cols, const uint8_t* src, const int32_t* order,
-                   int64_t order_len, int64_t start, float scale, float* dst) override;
+  void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
+                       PassCounter* counter, const float* x, float* mask, float* y) override;
+  void gather_batch(const BatchOrder& order, const GatherTop& data,
+                    const GatherTop& label) override;
 
   void conv_forward(const ConvGeometry& g, const float* x, const float* weight, const float* bias,
                     float* y) override;
@@ -125,6 +126,12 @@ class CudaBackend final : public Backend {
   void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
               float* weights, const float* grads, float* history, float* history2) override;
   void advance_step(const StepSchedule& schedule, StepState* state) override;
+
+  bool can_capture() const override { return true; }
+
+ protected:
+  void begin_capture() override;  // cuda_graph.cpp
+  std::unique_ptr<CapturedOps> end_capture(bool keep) override;
 
  private:
   // Convolution by im2col + cuBLAS (conv_kernels.cu), one image at a time with the column

@@ -26,6 +26,8 @@ std::atomic<int64_t> g_staging_bytes{0};
 std::atomic<int64_t> g_conv_algorithm_searches{0};
 
 constexpr double kMiB = 1024.0 * 1024.0;
+// cuBLAS's recommendation for Hopper; more than any of its kernels asks for on older GPUs.
+constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
 
 // Errors after which the CUDA context cannot be used again.
 bool is_sticky(cudaError_t status) {
@@ -92,6 +94,9 @@ CudaContext::CudaContext(int device) : device_(device) {
     LAMINA_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
     LAMINA_CUBLAS_CHECK(cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST));
     LAMINA_CUBLAS_CHECK(cublasSetAtomicsMode(blas_, CUBLAS_ATOMICS_NOT_ALLOWED));
+    blas_workspace_ = allocate(kBlasWorkspaceBytes, "cuBLAS's workspace");
+    g_workspace_bytes += static_cast<int64_t>(kBlasWorkspaceBytes);
+    LAMINA_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
     for (StagingSlot& slot : staging_) {
       LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
     }
@@ -108,6 +113,8 @@ void CudaContext::release() noexcept {
     slot.copied = nullptr;
   }
   if (blas_) cublasDestroy(blas_);
+  if (blas_workspace_) cudaFree(blas_workspace_);
+  blas_workspace_ = nullptr;
   blas_ = nullptr;
   if (stream_) cudaStreamDestroy(stream_);
   stream_ = nullptr;
@@ -130,6 +137,7 @@ void CudaContext::make_current() const {
 }
 
 void* CudaContext::allocate(size_t bytes, const char* purpose) const {
+  require_not_capturing("an allocation");
   if (bytes == 0) return nullptr;
   void* p = nullptr;
   const cudaError_t status = cudaMalloc(&p, bytes);
@@ -155,6 +163,7 @@ void* CudaContext::allocate(size_t bytes, const char* purpose) const {
 
 void* CudaContext::workspace(size_t bytes) {
   if (bytes <= workspace_bytes_) return workspace_;
+  require_not_capturing("growing the workspace");
   const size_t grown = std::max({bytes, 2 * workspace_bytes_, size_t{1} << 20});
   if (workspace_) {
     // Kernels queued earlier may still use the old buffer.
@@ -166,11 +175,19 @@ void* CudaContext::workspace(size_t bytes) {
   }
   workspace_ = allocate(grown, "the CUDA backend's workspace");
   workspace_bytes_ = grown;
+  ++workspace_moves_;
   g_workspace_bytes += static_cast<int64_t>(grown);
   return workspace_;
 }
 
+void CudaContext::require_not_capturing(const char* what) const {
+  LAMINA_REQUIRE(!capturing_, what, " cannot be part of a captured step: it waits for the "
+                 "device, copies between host and device, or allocates; do it before or "
+                 "after the step, or keep the value in device memory");
+}
+
 void CudaContext::upload(size_t bytes, const void* host_src, void* dst) {
+  require_not_capturing("a copy from the host");
   if (bytes == 0) return;
   if (bytes > kMaxStagedBytes) {
     // Large copies (a whole data set, a snapshot) are rare: copy and wait, so host_src may

@@ -12,7 +12,11 @@
 //     convolution workspace included: one buffer for the whole net),
 //   - the convolution plans: cuDNN descriptors and the algorithms chosen for each
 //     convolution geometry, searched once per geometry (cudnn.cpp),
-//   - pinned staging buffers that let copy_from_host return without waiting for the device.
+//   - pinned staging buffers that let copy_from_host return without waiting for the device,
+//   - cuBLAS's own workspace, fixed at creation (so cuBLAS allocates nothing later, and its
+//     calls can be captured into CUDA graphs),
+//   - whether the stream is being captured (cuda_graph.cpp): operations that would wait for
+//     the device, copy from or to the host, or allocate refuse, naming themselves.
 // Like the stream it owns, a context serves one host thread at a time.
 #pragma once
 
@@ -49,10 +53,19 @@ class CudaContext {
   // Makes this device current on the calling thread (cheap when it already is).
   void make_current() const;
 
+  // Stream capture (cuda_graph.cpp). While capturing, require_not_capturing throws an Error
+  // naming `what`, the operation that cannot be part of a captured step.
+  bool capturing() const { return capturing_; }
+  void set_capturing(bool on) { capturing_ = on; }
+  void require_not_capturing(const char* what) const;
+
   // At least bytes of device scratch memory, valid until the next call. Operations on the
   // stream use it one after another, so one buffer serves them all; it grows, never shrinks.
   void* workspace(size_t bytes);
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // How many times the workspace has moved (grown): a recording that uses it holds a stale
+  // pointer once this changes.
+  int64_t workspace_moves() const { return workspace_moves_; }
 
   // The convolution plans of this device (cuDNN descriptors and chosen algorithms by
   // ConvGeometry), created on the first call; defined in cudnn.cpp.
@@ -90,6 +103,9 @@ class CudaContext {
   ConvPlans* conv_plans_ = nullptr;  // owned; lives as long as the context (the process)
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  int64_t workspace_moves_ = 0;
+  void* blas_workspace_ = nullptr;
+  bool capturing_ = false;
   std::array<StagingSlot, kStagingSlots> staging_{};
   int next_slot_ = 0;
 };

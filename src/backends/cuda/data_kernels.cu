@@ -1,5 +1,7 @@
-// Dropout and gather_rows: elementwise kernels whose results are bit-identical to the Native
-// backend's (the same counter-based random numbers, the same float operations).
+// Dropout and a data layer's batch: elementwise kernels whose results are bit-identical to
+// the Native backend's (the same counter-based random numbers, the same float operations).
+// Both read a PassCounter in every block and advance it when the last block is done
+// (finish_pass), so one launch per pass does it all.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
@@ -9,52 +11,68 @@
 namespace lamina::cuda_detail {
 namespace {
 
-// x, mask, y (n); element i is kept when counter_uniform(seed, offset + i) >= ratio.
+// Called by every thread once it has read counter->passes for the last time: the last block
+// to get here adds one to passes. A block counts itself only after all its threads have read
+// (__syncthreads), and the last of gridDim.x blocks comes after every block has counted, so
+// no thread of this launch reads the new value; the next launch on the stream does.
+__device__ void finish_pass(PassCounter* counter) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  if (atomicAdd(&counter->blocks_done, 1u) + 1 == gridDim.x) {
+    counter->blocks_done = 0;
+    counter->passes += 1;
+  }
+}
+
+// x, mask, y (n); element i is kept when counter_uniform(seed, offset + passes n + i) >= ratio.
 __global__ void dropout_forward_kernel(int64_t n, float ratio, float keep_scale, uint64_t seed,
-                                       uint64_t offset, const float* x, float* mask, float* y) {
+                                       uint64_t offset, PassCounter* counter, const float* x,
+                                       float* mask, float* y) {
+  const uint64_t first = offset + static_cast<uint64_t>(counter->passes) * uint64_t(n);
   LAMINA_GRID_STRIDE_LOOP(i, n) {
-    const bool keep = counter_uniform(seed, offset + static_cast<uint64_t>(i)) >= ratio;
+    const bool keep = counter_uniform(seed, first + static_cast<uint64_t>(i)) >= ratio;
     const float m = keep ? keep_scale : 0.0f;
     mask[i] = m;
     y[i] = x[i] * m;
   }
+  finish_pass(counter);
 }
 
-// src (*, cols) uint8; order (order_len) int32; dst (rows, cols):
-// dst row r = scale * src row order[(start + r) % order_len].
-__global__ void gather_rows_kernel(int64_t rows, int64_t cols, const uint8_t* src,
-                                   const int32_t* order, int64_t order_len, int64_t start,
-                                   float scale, float* dst) {
-  LAMINA_GRID_STRIDE_LOOP(i, rows * cols) {
-    const int64_t r = i / cols;
-    const int64_t j = i - r * cols;
-    const int64_t src_row = order[(start + r) % order_len];
-    dst[i] = scale * static_cast<float>(src[src_row * cols + j]);
+// Both tops of a batch: elements [0, data count) are data, the rest labels.
+__global__ void gather_batch_kernel(BatchOrder order, GatherTop data, GatherTop label) {
+  const int64_t passes = order.counter->passes;
+  const int64_t data_count = data.src ? order.batch * data.cols : 0;
+  const int64_t label_count = label.src ? order.batch * label.cols : 0;
+  LAMINA_GRID_STRIDE_LOOP(i, data_count + label_count) {
+    const bool is_data = i < data_count;
+    const GatherTop& top = is_data ? data : label;
+    const int64_t k = is_data ? i : i - data_count;
+    const int64_t r = k / top.cols;
+    const int64_t j = k - r * top.cols;
+    top.dst[k] = top.scale * static_cast<float>(top.src[order.sample(passes, r) * top.cols + j]);
   }
+  finish_pass(order.counter);
 }
 
 }  // namespace
 
 void CudaBackend::dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
-                                  const float* x, float* mask, float* y) {
+                                  PassCounter* counter, const float* x, float* mask, float* y) {
   const cudaStream_t s = on_device();
-  if (n <= 0) return;
   const float keep_scale = 1.0f / (1.0f - ratio);  // on the host, exactly as Native does
   dropout_forward_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, ratio, keep_scale, seed,
-                                                                offset, x, mask, y);
+                                                                offset, counter, x, mask, y);
   LAMINA_CUDA_LAUNCHED(dropout_forward_kernel);
 }
 
-void CudaBackend::gather_rows(int64_t rows, int64_t cols, const uint8_t* src,
-                              const int32_t* order, int64_t order_len, int64_t start,
-                              float scale, float* dst) {
+void CudaBackend::gather_batch(const BatchOrder& order, const GatherTop& data,
+                               const GatherTop& label) {
   const cudaStream_t s = on_device();
-  if (rows <= 0 || cols <= 0) return;
-  LAMINA_REQUIRE(order_len > 0, "gather_rows: the order of ", order_len,
-                 " rows is empty; the data set has no examples");
-  gather_rows_kernel<<<elementwise_grid(rows * cols), kBlock, 0, s>>>(
-      rows, cols, src, order, order_len, start, scale, dst);
-  LAMINA_CUDA_LAUNCHED(gather_rows_kernel);
+  const int64_t count = (data.src ? order.batch * data.cols : 0) +
+                        (label.src ? order.batch * label.cols : 0);
+  gather_batch_kernel<<<elementwise_grid(count), kBlock, 0, s>>>(order, data, label);
+  LAMINA_CUDA_LAUNCHED(gather_batch_kernel);
 }
 
 }  // namespace lamina::cuda_detail

@@ -448,27 +448,33 @@ void NativeBackend::accuracy(int64_t rows, int64_t cols, int top_k, const float*
   out[0] = valid > 0 ? static_cast<float>(double(correct) / double(valid)) : 0.0f;
 }
 
-// x, mask, y (n); element i is kept when counter_uniform(seed, offset + i) >= ratio.
+// x, mask, y (n); element i is kept when counter_uniform(seed, offset + passes n + i) >= ratio.
 void NativeBackend::dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
-                                    const float* x, float* mask, float* y) {
+                                    PassCounter* counter, const float* x, float* mask,
+                                    float* y) {
   const float keep_scale = 1.0f / (1.0f - ratio);
+  const uint64_t first = offset + static_cast<uint64_t>(counter->passes) * uint64_t(n);
   parallel_for(n, [=](int64_t i) {
-    const bool keep = counter_uniform(seed, offset + static_cast<uint64_t>(i)) >= ratio;
+    const bool keep = counter_uniform(seed, first + static_cast<uint64_t>(i)) >= ratio;
     mask[i] = keep ? keep_scale : 0.0f;
     y[i] = x[i] * mask[i];
   });
+  counter->passes += 1;
 }
 
-// src (*, cols) uint8 in host memory; dst (rows, cols) row r = scale * src[order[(start + r)
-// % order_len]].
-void NativeBackend::gather_rows(int64_t rows, int64_t cols, const uint8_t* src,
-                                const int32_t* order, int64_t order_len, int64_t start,
-                                float scale, float* dst) {
-  parallel_rows(rows, cols, [=](int64_t r) {
-    const uint8_t* s = src + int64_t{order[(start + r) % order_len]} * cols;
-    float* d = dst + r * cols;
-    for (int64_t j = 0; j < cols; ++j) d[j] = scale * static_cast<float>(s[j]);
-  });
+void NativeBackend::gather_batch(const BatchOrder& order, const GatherTop& data,
+                                 const GatherTop& label) {
+  const int64_t passes = order.counter->passes;
+  for (const GatherTop* top : {&data, &label}) {
+    if (top->src == nullptr) continue;
+    const GatherTop t = *top;
+    parallel_rows(order.batch, t.cols, [=](int64_t r) {
+      const uint8_t* s = t.src + order.sample(passes, r) * t.cols;
+      float* d = t.dst + r * t.cols;
+      for (int64_t j = 0; j < t.cols; ++j) d[j] = t.scale * static_cast<float>(s[j]);
+    });
+  }
+  order.counter->passes += 1;
 }
 
 }  // namespace lamina
