@@ -8,6 +8,7 @@ epochs.
 
     python3 bench/pytorch_mlp.py --data-dir data/mnist --batch-sizes 20,64,256 --epochs 3 \
         --modes eager,graph
+    taskset -c 0,1 python3 bench/pytorch_mlp.py --cpu-threads 2 --modes eager   # on 2 cores
 """
 import argparse
 
@@ -24,13 +25,24 @@ def main():
     parser.add_argument("--batch-sizes", default="20,64,256")
     parser.add_argument("--epochs", type=int, default=3, help="timed epochs; the median is reported")
     parser.add_argument("--modes", default="eager,graph", help="eager, graph or both")
+    parser.add_argument("--cpu-threads", type=int, default=0,
+                        help="train on the CPU with this many threads (eager mode only; pin "
+                             "the process with taskset to compare with Lamina's Native backend)")
     args = parser.parse_args()
     modes = parse_modes(args.modes)
 
-    device = torch.device("cuda")
+    if args.cpu_threads > 0:
+        if "graph" in modes:
+            raise SystemExit("--cpu-threads: CUDA graphs are for the GPU; use --modes eager")
+        torch.set_num_threads(args.cpu_threads)
+        device = torch.device("cpu")
+        where = f"the CPU ({args.cpu_threads} threads)"
+    else:
+        device = torch.device("cuda")
+        where = torch.cuda.get_device_name(0)
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 arithmetic, as Lamina's
     x_train, y_train, x_test, y_test = load_mnist(args.data_dir, device, (-1, 784))
-    torch.backends.cuda.matmul.allow_tf32 = False  # float32 arithmetic, as Lamina's
-    print_header(f"PyTorch {torch.__version__} MLP 784-512-512-10 on {torch.cuda.get_device_name(0)}")
+    print_header(f"PyTorch {torch.__version__} MLP 784-512-512-10 on {where}")
 
     for mode in modes:
         for batch in [int(b) for b in args.batch_sizes.split(",")]:

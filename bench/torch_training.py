@@ -1,7 +1,8 @@
 """Timing PyTorch's training of an MNIST net, eager or as one captured CUDA graph per step.
 
-Both modes train on the whole training set resident on the GPU, a fresh permutation drawn on
-the GPU each epoch and 60000 // batch full batches, as Lamina's MnistData does.
+Both modes train on the whole training set resident on the device (the GPU, or the CPU for
+eager mode), a fresh permutation drawn there each epoch and 60000 // batch full batches, as
+Lamina's MnistData does.
 
 - eager: each iteration indexes the batch and runs step(x, y) (forward, loss, backward, the
   optimizer), one kernel launch at a time.
@@ -58,13 +59,17 @@ def time_training(step, x_train, y_train, batch, epochs, mode):
                 idx.copy_(perm[i * batch:(i + 1) * batch])
                 graph.replay()
 
+    def synchronize():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
     run(torch.randperm(x_train.shape[0], device=device), 10)  # warm-up
-    torch.cuda.synchronize()
+    synchronize()
     times = []
     for _ in range(epochs):
         start = time.perf_counter()
         run(torch.randperm(x_train.shape[0], device=device), iters)
-        torch.cuda.synchronize()
+        synchronize()
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
 

@@ -97,6 +97,14 @@ class CoreForwardingBackend : public Backend {
                 const LossOptions& o, float* out) override {
     inner_.accuracy(r, c, k, x, labels, o, out);
   }
+  void linear_forward(int64_t rows, int64_t n, int64_t k, const float* x, const float* w,
+                      const float* bias, bool relu, float* y) override {
+    inner_.linear_forward(rows, n, k, x, w, bias, relu, y);
+  }
+  void linear_bias_backward(int64_t rows, int64_t n, const float* y, const float* dy,
+                            float* dz, float* db) override {
+    inner_.linear_bias_backward(rows, n, y, dy, dz, db);
+  }
   void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
                        PassCounter* counter, const float* x, float* mask, float* y) override {
     inner_.dropout_forward(n, ratio, seed, offset, counter, x, mask, y);

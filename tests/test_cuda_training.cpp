@@ -37,7 +37,8 @@ namespace {
 
 // NativeBackend behind the interface of a device: is_host() is false, so tensors keep host
 // mirrors and move values only through copy_to_host/copy_from_host. gemm_skew perturbs every
-// gemm by that relative amount, to show the comparisons catch a wrong kernel.
+// gemm and fused Linear product by that relative amount, to show the comparisons catch a
+// wrong kernel.
 class HostAsDeviceBackend final : public ForwardingBackend {
  public:
   float gemm_skew = 0;
@@ -47,6 +48,11 @@ class HostAsDeviceBackend final : public ForwardingBackend {
   void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override {
     inner_.gemm(ta, tb, m, n, k, alpha * (1 + gemm_skew), a, b, beta, c);
+  }
+  void linear_forward(int64_t rows, int64_t n, int64_t k, const float* x, const float* w,
+                      const float* bias, bool relu, float* y) override {
+    inner_.linear_forward(rows, n, k, x, w, bias, relu, y);
+    if (gemm_skew != 0) inner_.scal(rows * n, 1 + gemm_skew, y);
   }
 };
 
@@ -88,6 +94,8 @@ struct LayerCase {
   float kink_range = -1;
   int visible_tops = -1;
   bool replay = false;
+  // A layer the case's layer absorbs (Layer::absorb), as the net fuses them.
+  std::string absorbed;
 
   LayerCase(std::string n, std::string p, std::vector<Shape> b)
       : name(std::move(n)), prototxt(std::move(p)), bottoms(std::move(b)) {}
@@ -101,6 +109,7 @@ struct LayerCase {
   LayerCase& kink(float r) { kink_range = r; return *this; }
   LayerCase& visible(int n) { visible_tops = n; return *this; }
   LayerCase& replayed() { replay = true; return *this; }
+  LayerCase& absorbing(std::string p) { absorbed = std::move(p); return *this; }
 
   LayerParameter param() const {
     LayerParameter p;
@@ -137,6 +146,13 @@ std::vector<LayerCase> layer_cases() {
                 "bias_term: false }", {{3, 2, 2}}),
       LayerCase("LinearAxis2", "type: 'Linear' inner_product_param { num_output: 2 axis: 2 "
                 "bias_filler { type: 'gaussian' } }", {{2, 3, 4}}),
+      // Linear with the in-place ReLU after it fused in (the net's Linear + ReLU).
+      LayerCase("LinearReLUFused", "type: 'Linear' inner_product_param { num_output: 5 "
+                "bias_filler { type: 'gaussian' } }", {{4, 6}})
+          .absorbing("name: 'relu' type: 'ReLU'"),
+      LayerCase("LinearNoBiasReLUFused", "type: 'Linear' inner_product_param { num_output: 5 "
+                "bias_term: false }", {{3, 7}})
+          .absorbing("name: 'relu' type: 'ReLU'"),
       // Elementwise, (3, 4); the gradient check's step is 0.01.
       LayerCase("ReLU", "type: 'ReLU'", {{3, 4}}).kink(0.011f),
       LayerCase("LeakyReLU", "type: 'ReLU' relu_param { negative_slope: 0.2 }", {{3, 4}})
@@ -267,10 +283,22 @@ class CheckAdapter final : public Layer {
 // Everything one case computes on one backend, named for failure messages.
 using Outputs = std::vector<std::pair<std::string, std::vector<float>>>;
 
+// The case's layer, set up by the caller; with `absorbed`, after absorbing that layer.
+std::unique_ptr<Layer> make_case_layer(const LayerCase& c, Backend& backend) {
+  auto layer = LayerRegistry::create(c.param(), LayerContext{backend, TRAIN, kLayerSeed});
+  if (!c.absorbed.empty()) {
+    LayerParameter p;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(c.absorbed, &p)) << c.absorbed;
+    auto next = LayerRegistry::create(p, LayerContext{backend, TRAIN, kLayerSeed});
+    EXPECT_TRUE(layer->absorb(*next)) << c.name << " does not absorb " << c.absorbed;
+  }
+  return layer;
+}
+
 // Runs a case: setup, forward, random top diffs, backward_params then backward_input. params
 // holds the parameter values to load (Native's) or, when empty, receives the filler's values.
 Outputs run_case(Backend& backend, const LayerCase& c, std::vector<std::vector<float>>& params) {
-  auto layer = LayerRegistry::create(c.param(), LayerContext{backend, TRAIN, kLayerSeed});
+  auto layer = make_case_layer(c, backend);
   Blobs b(backend, c, c.tops);
   setup_standalone(*layer, b.bottom, b.top, kFillerSeed);
   std::vector<Param>& ps = layer->params();
@@ -332,7 +360,7 @@ TEST_P(LayerGradient, MatchesCentralDifferences) {
   const bool adapted = c.replay || c.visible_tops >= 0;
   std::unique_ptr<Layer> layer =
       adapted ? std::make_unique<CheckAdapter>(c, *backend_)
-              : LayerRegistry::create(c.param(), LayerContext{*backend_, TRAIN, kLayerSeed});
+              : make_case_layer(c, *backend_);
   Blobs b(*backend_, c, c.visible_tops < 0 ? c.tops : c.visible_tops);
   setup_standalone(*layer, b.bottom, b.top, kFillerSeed);
   GradientCheckOptions options;
@@ -379,7 +407,8 @@ TEST(LayerMatchesNativeHarness, CatchesAWrongKernel) {
   std::vector<std::vector<float>> params;
   const Outputs expected = run_case(native, c, params);
   const std::vector<std::string> found = differences(expected, run_case(skewed, c, params), 1e-5);
-  // The top, the bottom diff and the weight diff come from gemms; the bias diff from a gemv.
+  // The top (linear_forward), the bottom diff and the weight diff (gemms) are skewed; the
+  // bias diff (linear_bias_backward) is not.
   ASSERT_EQ(found.size(), 3u);
   EXPECT_EQ(found[0].rfind("top 0: normalized error", 0), 0u) << found[0];
 }

@@ -273,6 +273,38 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<1>(info.param) == Transpose::kNo ? "N" : "T");
     });
 
+// The fused Linear against its definition, computed here in double: small (one thread) and
+// large enough for the thread pool (each column's sum still runs over the rows in order).
+TEST_F(NativeBackendTest, LinearForwardAndBiasBackwardMatchTheirDefinition) {
+  for (const auto [rows, n, k] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 4}, {100, 700, 9}}) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << n << "x" << k);
+    const std::vector<float> x = random_values(rows * k, 1), w = random_values(n * k, 2),
+                             bias = random_values(n, 3), dy = random_values(rows * n, 4),
+                             db0 = random_values(n, 5);
+    for (bool relu : {false, true}) {
+      std::vector<float> y(rows * n, 9.0f);
+      backend_.linear_forward(rows, n, k, x.data(), w.data(), bias.data(), relu, y.data());
+      std::vector<float> dz(rows * n, 9.0f), db = db0;
+      backend_.linear_bias_backward(rows, n, relu ? y.data() : nullptr, dy.data(),
+                                    relu ? dz.data() : nullptr, db.data());
+      std::vector<double> sums(n, 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          double z = bias[j];
+          for (int64_t i = 0; i < k; ++i) z += double(x[r * k + i]) * w[j * k + i];
+          const double expected = relu ? std::max(z, 0.0) : z;
+          ASSERT_NEAR(y[r * n + j], expected, 1e-5) << "y " << r << ", " << j;
+          const float g = relu && !(y[r * n + j] > 0) ? 0.0f : dy[r * n + j];
+          if (relu) ASSERT_EQ(dz[r * n + j], g) << "dz " << r << ", " << j;
+          sums[j] += g;
+        }
+      }
+      for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(db[j], db0[j] + sums[j], 1e-4) << "db " << j;
+      if (!relu) EXPECT_EQ(dz, std::vector<float>(rows * n, 9.0f)) << "dz is not written";
+    }
+  }
+}
+
 TEST_F(NativeBackendTest, GemmWithZeroBetaIgnoresOldC) {
   const int64_t m = 5, n = 3, k = 7;
   const auto a = random_values(m * k, 5);

@@ -303,6 +303,58 @@ TEST(NetSequential, TrainsExactlyLikeTheFlatNet) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Fusion
+
+// kChainNet with `layer` (a prototxt line) in place of relu1.
+std::string chain_with(const std::string& layer) {
+  std::string text = kChainNet;
+  const std::string relu = R"(layer { name: "relu1" type: "ReLU" })";
+  text.replace(text.find(relu), relu.size(), layer);
+  return text;
+}
+
+TEST(NetFusion, LinearAbsorbsTheReluAfterItAndTrainsTheSame) {
+  // Chained (relu1 reads ip1's top, which nothing else reads) and in place: fused.
+  auto chained = make_net(kChainNet);
+  EXPECT_TRUE(chained->layer_fused(layer_index(*chained, "relu1")));
+  EXPECT_FALSE(chained->layer_fused(layer_index(*chained, "ip1")));
+  auto in_place = make_net(chain_with(
+      R"(layer { name: "relu1" type: "ReLU" bottom: "ip1" top: "ip1" })"));
+  EXPECT_TRUE(in_place->layer_fused(layer_index(*in_place, "relu1")));
+  // A leaky ReLU, or a ReLU not right after the Linear: not fused.
+  auto leaky = make_net(chain_with(
+      R"(layer { name: "relu1" type: "ReLU" relu_param { negative_slope: 0.1 } })"));
+  EXPECT_FALSE(leaky->layer_fused(layer_index(*leaky, "relu1")));
+  const std::string apart = chain_with(
+      R"(layer { name: "same" type: "Dropout" dropout_param { dropout_ratio: 0 } })"
+      "\n" R"(layer { name: "relu1" type: "ReLU" })");
+  auto separate = make_net(apart);
+  EXPECT_FALSE(separate->layer_fused(layer_index(*separate, "relu1")));
+
+  // The fused pass computes what the two layers did, to the bit: losses and weights (a
+  // Dropout of ratio 0 multiplies by exactly 1).
+  const SolverParameter sp = parse_solver_parameter(
+      "base_lr: 0.5 momentum: 0.9 weight_decay: 0.01 random_seed: 5", "solver");
+  Solver a(sp, parse_net_parameter(apart, "separate"), native());
+  Solver b(sp, parse_net_parameter(kChainNet, "fused"), native());
+  for (Solver* s : {&a, &b}) {
+    s->net().blob("data").copy_data_from_host(kX);
+    s->net().blob("label").copy_data_from_host(kLabels);
+  }
+  for (int i = 0; i < 4; ++i) {
+    a.step(1);
+    b.step(1);
+    ASSERT_EQ(a.net().loss(), b.net().loss()) << "iteration " << i;
+  }
+  const int64_t n = a.net().arena().count();
+  EXPECT_EQ(std::vector<float>(a.net().arena().data(), a.net().arena().data() + n),
+            std::vector<float>(b.net().arena().data(), b.net().arena().data() + n));
+  // Some of ip1's outputs are negative, so the ReLU did something.
+  const Mat h = data_of(b.net().blob("relu1"));
+  EXPECT_TRUE(std::count(h.begin(), h.end(), 0.0) > 0);
+}
+
+// ---------------------------------------------------------------------------------------
 // DAGs and fan-out
 
 TEST(NetDag, FanOutSumsTheGradientsOfBothConsumers) {

@@ -80,6 +80,13 @@ class Layer {
   // exactly where it was > 0 before (ReLU; Dropout, whose dropped values get no gradient).
   virtual bool keeps_positive_in_place() const { return false; }
 
+  // Fusion, when the net is built: `next` runs in place on this layer's only top, right
+  // after it. A layer that can do next's work within its own forward and backward (a Linear
+  // the ReLU after it: the bias and the activation in the product's epilogue) says so by
+  // returning true, and from then on does it; the net no longer runs next. Called after
+  // both are set up.
+  virtual bool absorb(const Layer& /*next*/) { return false; }
+
   virtual void setup(const Tensors& bottom, const Tensors& top) = 0;
   virtual void forward(const Tensors& bottom, const Tensors& top) = 0;
   // Gradient w.r.t. the inputs, for each bottom i with propagate[i].

@@ -54,6 +54,11 @@ class NativeBackend final : public Backend {
                                const float* dloss, float* dx) override;
   void accuracy(int64_t rows, int64_t cols, int top_k, const float* x, const float* labels,
                 const LossOptions& options, float* out) override;
+  // linear_ops.cpp
+  void linear_forward(int64_t rows, int64_t n, int64_t k, const float* x, const float* w,
+                      const float* bias, bool relu, float* y) override;
+  void linear_bias_backward(int64_t rows, int64_t n, const float* y, const float* dy,
+                            float* dz, float* db) override;
   void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
                        PassCounter* counter, const float* x, float* mask, float* y) override;
   void gather_batch(const BatchOrder& order, const GatherTop& data,

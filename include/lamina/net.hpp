@@ -45,7 +45,7 @@ class Net {
   void backward();
   // Reads the total loss: copies one float to the host.
   float loss();
-  Tensor& loss_tensor() { return *loss_; }
+  Tensor& loss_tensor() { return loss_alias_ ? *loss_alias_ : *loss_; }
 
   // Per-layer access, for the timing tool.
   int num_layers() const { return static_cast<int>(layers_.size()); }
@@ -53,6 +53,9 @@ class Net {
   void forward_layer(int i);
   void backward_layer(int i);  // no-op for layers that need no backward
   bool layer_needs_backward(int i) const { return needs_backward_[i]; }
+  // Whether layer i's work is done by the layer before it (Layer::absorb): forward_layer and
+  // backward_layer skip it.
+  bool layer_fused(int i) const { return fused_[i]; }
   Tensors layer_bottoms(int i) const;
   Tensors layer_tops(int i) const;
 
@@ -106,6 +109,7 @@ class Net {
   void collect_losses(const NetPlan& plan);
   void infer_backward();
   void bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared);
+  void fuse_layers();
 
   std::string name_;
   Phase phase_;
@@ -113,6 +117,7 @@ class Net {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<LayerIO> io_;
   std::vector<bool> needs_backward_;
+  std::vector<bool> fused_;  // per layer: absorbed by the layer before it
   std::vector<bool> learnable_;  // per layer: some parameter has lr_mult != 0
   std::vector<std::vector<bool>> propagate_;  // per layer, per bottom
   std::vector<std::unique_ptr<Tensor>> blobs_;
@@ -121,6 +126,7 @@ class Net {
   std::vector<std::string> output_names_;
   int64_t generation_ = 0;
   std::vector<std::pair<int, float>> loss_blobs_;  // (blob, weight)
+  Tensor* loss_alias_ = nullptr;  // the one loss blob, when it has weight 1: the total
   std::unique_ptr<Tensor> loss_;                    // (1)
 
   std::shared_ptr<ParamArena> arena_;

@@ -7,6 +7,7 @@
 namespace lamina {
 
 void Net::forward_layer(int i) {
+  if (fused_[i]) return;
   Tensors bottom, top;
   for (int b : io_[i].bottoms) bottom.push_back(blobs_[b].get());
   for (int t : io_[i].tops) top.push_back(blobs_[t].get());
@@ -14,7 +15,7 @@ void Net::forward_layer(int i) {
 }
 
 void Net::backward_layer(int i) {
-  if (!needs_backward_[i]) return;
+  if (!needs_backward_[i] || fused_[i]) return;
   Tensors bottom, top;
   for (int b : io_[i].bottoms) bottom.push_back(blobs_[b].get());
   for (int t : io_[i].tops) top.push_back(blobs_[t].get());
@@ -28,6 +29,7 @@ void Net::backward_layer(int i) {
 
 void Net::forward() {
   for (int i = 0; i < num_layers(); ++i) forward_layer(i);
+  if (loss_alias_) return;
   float* loss = loss_->mutable_data();
   backend_.zero(sizeof(float), loss);
   for (const auto& l : loss_blobs_) backend_.axpy(1, l.second, blobs_[l.first]->data(), loss);
@@ -40,7 +42,7 @@ void Net::backward() {
 
 float Net::loss() {
   float value = 0;
-  backend_.copy_to_host(sizeof(float), loss_->data(), &value);
+  backend_.copy_to_host(sizeof(float), loss_tensor().data(), &value);
   return value;
 }
 

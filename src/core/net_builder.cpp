@@ -6,6 +6,7 @@
 //   5. collect_losses    the scalar tops that count in the loss, with their weights
 //   6. infer_backward    which layers need backward, and which bottoms get gradients
 //   7. bind_params       build (or share) the parameter arena and bind every parameter
+//   8. fuse_layers       a layer absorbs the layer after it (Linear + ReLU)
 // Errors name the prototxt file, the line of the layer, its name and type (net.hpp).
 #include <glog/logging.h>
 
@@ -260,6 +261,7 @@ void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamA
   collect_losses(plan);
   infer_backward();
   bind_params(seed, std::move(shared));
+  fuse_layers();
   for (size_t i = 0; i < layers_.size(); ++i)
     VLOG(1) << "layer " << layers_[i]->name() << " (" << layers_[i]->type() << ")"
             << (needs_backward_[i] ? " needs backward" : "");
@@ -337,6 +339,9 @@ void Net::collect_losses(const NetPlan& plan) {
     }
   }
   loss_ = std::make_unique<Tensor>(backend_, Shape{}, "loss");
+  // One loss of weight 1 is the total itself: no sum to compute each pass.
+  if (loss_blobs_.size() == 1 && loss_blobs_[0].second == 1.0f)
+    loss_alias_ = blobs_[loss_blobs_[0].first].get();
 }
 
 // 6. A layer needs backward when its tops lead to a loss and it has learnable parameters or
@@ -456,6 +461,34 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
     filled[s.entry] = true;
   }
   arena_->from_host(host, arena_->data());
+}
+
+// 8. A layer followed by a one-bottom, one-top layer that reads its only top may take over
+//    that layer's work (Layer::absorb); the net then skips the absorbed layer. The next
+//    layer works in place on the top, or its top is made to share the top's values and
+//    gradients, which no other layer reads (so it is in place in effect).
+void Net::fuse_layers() {
+  fused_.assign(layers_.size(), false);
+  std::vector<int> readers(blobs_.size(), 0);
+  for (const LayerIO& io : io_)
+    for (int b : io.bottoms) ++readers[b];
+  for (size_t i = 0; i + 1 < layers_.size(); ++i) {
+    const LayerIO& io = io_[i];
+    const LayerIO& next = io_[i + 1];
+    if (fused_[i] || io.tops.size() != 1 || next.bottoms.size() != 1 || next.tops.size() != 1 ||
+        next.bottoms[0] != io.tops[0])
+      continue;
+    const bool in_place = next.tops[0] == next.bottoms[0];
+    if (!in_place && readers[io.tops[0]] != 1) continue;
+    if (!layers_[i]->absorb(*layers_[i + 1])) continue;
+    fused_[i + 1] = true;
+    if (!in_place) {
+      Tensor& top = *blobs_[io.tops[0]];
+      blobs_[next.tops[0]]->share_data(top);
+      blobs_[next.tops[0]]->share_diff(top);
+    }
+    VLOG(1) << "layer " << layers_[i]->name() << " absorbs " << layers_[i + 1]->name();
+  }
 }
 
 }  // namespace lamina

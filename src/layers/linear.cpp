@@ -4,7 +4,11 @@
 // product of the rest. weight (num_output, K) in Caffe's layout, bias (num_output).
 //   top (M, num_output) = bottom W^T + ones bias^T
 // The top keeps the bottom's dims before `axis` and replaces the rest with num_output.
-// Gradients: dbottom = dtop W (written with =); dW += dtop^T bottom, db += dtop^T ones.
+// Gradients: dbottom = dtop W (written with =); dW += dtop^T bottom, db += column sums of dtop.
+// The bias goes into the product's epilogue (Backend::linear_forward), and so does a ReLU in
+// place right after the layer, which the net lets the layer absorb (Layer::absorb): the
+// forward is one operation, and the backward applies the ReLU's derivative and sums the bias
+// gradient in one pass (linear_bias_backward).
 #include <memory>
 
 #include "lamina/layer.hpp"
@@ -33,43 +37,53 @@ class LinearLayer : public Layer {
     bias_term_ = p.bias_term();
 
     add_param("weight", {n_, k_}, p.has_weight_filler() ? p.weight_filler() : xavier());
-    if (bias_term_) {
+    if (bias_term_)
       add_param("bias", {n_}, p.has_bias_filler() ? p.bias_filler() : FillerParameter());
-      ones_ = std::make_unique<Tensor>(backend_, Shape{m_}, name() + "/ones");  // (M)
-      backend_.fill(m_, 1.0f, ones_->mutable_data());
-    }
 
     Shape shape(x.shape().begin(), x.shape().begin() + axis);
     shape.push_back(n_);
     top[0]->reshape(shape);
   }
 
+  // A ReLU in place on the output, with negative_slope 0, becomes part of the product's
+  // epilogue; its derivative is applied to the top gradient here (from the output's sign,
+  // which is what ReLU's own backward reads).
+  bool absorb(const Layer& next) override {
+    if (next.type() != "ReLU" || next.param().relu_param().negative_slope() != 0) return false;
+    relu_ = true;
+    return true;
+  }
+
   void forward(const Tensors& bottom, const Tensors& top) override {
-    const float* w = params_[0].tensor->data();  // (N, K)
-    float* y = top[0]->mutable_data();           // (M, N)
-    backend_.gemm(Transpose::kNo, Transpose::kYes, m_, n_, k_, 1.0f, bottom[0]->data(), w, 0.0f,
-                  y);
-    if (bias_term_) {
-      backend_.gemm(Transpose::kNo, Transpose::kNo, m_, n_, 1, 1.0f, ones_->data(),
-                    params_[1].tensor->data(), 1.0f, y);
+    backend_.linear_forward(m_, n_, k_, bottom[0]->data(), params_[0].tensor->data(),
+                            bias_term_ ? params_[1].tensor->data() : nullptr, relu_,
+                            top[0]->mutable_data());
+  }
+
+  // The net calls backward_params (when a parameter learns) before backward_input; whichever
+  // comes first turns the top gradient into the ReLU's input gradient, in place.
+  void backward_params(const Tensors& top, const Tensors& bottom) override {
+    const float* dy = top[0]->diff();  // (M, N)
+    if (relu_ || bias_term_) {
+      backend_.linear_bias_backward(m_, n_, relu_ ? top[0]->data() : nullptr, dy,
+                                    relu_ ? top[0]->mutable_diff() : nullptr,
+                                    bias_term_ ? params_[1].tensor->mutable_diff() : nullptr);
     }
+    relu_applied_ = relu_;
+    backend_.gemm(Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy, bottom[0]->data(), 1.0f,
+                  params_[0].tensor->mutable_diff());
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
+    if (relu_ && !relu_applied_) {
+      backend_.linear_bias_backward(m_, n_, top[0]->data(), top[0]->diff(),
+                                    top[0]->mutable_diff(), nullptr);
+    }
+    relu_applied_ = false;
     if (!propagate[0]) return;
     backend_.gemm(Transpose::kNo, Transpose::kNo, m_, k_, n_, 1.0f, top[0]->diff(),
                   params_[0].tensor->data(), 0.0f, bottom[0]->mutable_diff());
-  }
-
-  void backward_params(const Tensors& top, const Tensors& bottom) override {
-    const float* dy = top[0]->diff();  // (M, N)
-    backend_.gemm(Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy, bottom[0]->data(), 1.0f,
-                  params_[0].tensor->mutable_diff());
-    if (bias_term_) {
-      backend_.gemv(Transpose::kYes, m_, n_, 1.0f, dy, ones_->data(), 1.0f,
-                    params_[1].tensor->mutable_diff());
-    }
   }
 
  private:
@@ -81,7 +95,8 @@ class LinearLayer : public Layer {
 
   int64_t m_ = 0, k_ = 0, n_ = 0;
   bool bias_term_ = true;
-  std::unique_ptr<Tensor> ones_;  // (M) of 1, multiplies the bias into every row
+  bool relu_ = false;          // absorbed the ReLU after it
+  bool relu_applied_ = false;  // this pass's top gradient went through the ReLU already
 };
 
 }  // namespace

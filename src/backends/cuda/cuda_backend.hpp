@@ -6,6 +6,8 @@
 //   blas_kernels.cu      fill, mul, axpby, dot
 //   activation_kernels.cu, softmax_kernels.cu, loss_kernels.cu (cross-entropy, NLL,
 //   euclidean, accuracy), data_kernels.cu (dropout, gather_batch), update_kernel.cu
+//   linear.cu            the fused Linear: cuBLASLt with bias/ReLU epilogues, and the
+//                        ReLU-derivative + bias-gradient kernel
 //   cudnn.cpp            everything cuDNN (the one file that includes cudnn.h): the handle,
 //                        and convolution, with its plans (descriptors, algorithms) cached
 //                        per geometry in the context
@@ -85,6 +87,10 @@ class CudaBackend final : public Backend {
                                const float* dloss, float* dx) override;
   void accuracy(int64_t rows, int64_t cols, int top_k, const float* x, const float* labels,
                 const LossOptions& options, float* out) override;
+  void linear_forward(int64_t rows, int64_t n, int64_t k, const float* x, const float* w,
+                      const float* bias, bool relu, float* y) override;
+  void linear_bias_backward(int64_t rows, int64_t n, const float* y, const float* dy,
+                            float* dz, float* db) override;
   void dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
                        PassCounter* counter, const float* x, float* mask, float* y) override;
   void gather_batch(const BatchOrder& order, const GatherTop& data,

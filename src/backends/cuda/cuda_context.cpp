@@ -26,8 +26,6 @@ std::atomic<int64_t> g_staging_bytes{0};
 std::atomic<int64_t> g_conv_algorithm_searches{0};
 
 constexpr double kMiB = 1024.0 * 1024.0;
-// cuBLAS's recommendation for Hopper; more than any of its kernels asks for on older GPUs.
-constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
 
 // Errors after which the CUDA context cannot be used again.
 bool is_sticky(cudaError_t status) {

@@ -14,7 +14,8 @@
 //     convolution geometry, searched once per geometry (cudnn.cpp),
 //   - pinned staging buffers that let copy_from_host return without waiting for the device,
 //   - cuBLAS's own workspace, fixed at creation (so cuBLAS allocates nothing later, and its
-//     calls can be captured into CUDA graphs),
+//     calls can be captured into CUDA graphs), shared by the cuBLASLt calls of linear.cpp,
+//   - the fused Linear plans: cuBLASLt descriptors and algorithms by shape (linear.cpp),
 //   - whether the stream is being captured (cuda_graph.cpp): operations that would wait for
 //     the device, copy from or to the host, or allocate refuse, naming themselves.
 // Like the stream it owns, a context serves one host thread at a time.
@@ -32,7 +33,8 @@ struct cudnnContext;  // cudnnHandle_t is cudnnContext*; cudnn.h stays in cudnn.
 
 namespace lamina::cuda_detail {
 
-struct ConvPlans;  // defined in cudnn.cpp
+struct ConvPlans;    // defined in cudnn.cpp
+struct LinearPlans;  // defined in linear.cpp
 
 class CudaContext {
  public:
@@ -66,6 +68,14 @@ class CudaContext {
   // How many times the workspace has moved (grown): a recording that uses it holds a stale
   // pointer once this changes.
   int64_t workspace_moves() const { return workspace_moves_; }
+
+  // The fused Linear products' cuBLASLt plans (descriptors and the algorithm chosen) by
+  // shape, created on the first call; defined in linear.cpp.
+  LinearPlans& linear_plans();
+  // cuBLAS's workspace (fixed at creation), which cuBLASLt calls use too: everything on the
+  // stream runs one operation at a time.
+  void* blas_workspace() const { return blas_workspace_; }
+  static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
 
   // The convolution plans of this device (cuDNN descriptors and chosen algorithms by
   // ConvGeometry), created on the first call; defined in cudnn.cpp.
@@ -101,6 +111,8 @@ class CudaContext {
   cudnnContext* dnn_ = nullptr;
   std::once_flag conv_plans_once_;
   ConvPlans* conv_plans_ = nullptr;  // owned; lives as long as the context (the process)
+  std::once_flag linear_plans_once_;
+  LinearPlans* linear_plans_ = nullptr;  // the same
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int64_t workspace_moves_ = 0;
