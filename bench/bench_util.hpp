@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -59,13 +60,16 @@ struct EpochTiming {
 // Trains `name` (models/mnist/NAME_*) at batch size `batch` with no test net (the step
 // replayed as a CUDA graph unless --no-cuda-graph): 10 warm-up
 // iterations (first touches, library start-up, algorithm choice), then `repeats` epochs of
-// full batches, each timed with the device synchronized before the clock is read.
+// full batches, each timed with the device synchronized before the clock is read. `adjust`
+// may change the model (its net) first.
 inline EpochTiming time_epochs(const std::string& name, int batch, const Options& o,
-                               Backend& backend) {
+                               Backend& backend,
+                               const std::function<void(mnist::Model&)>& adjust = {}) {
   mnist::ModelOptions options = o.model;
   options.batch_size = batch;
   const int repeats = o.repeats;
   EpochTiming t{mnist::load_model(name, options), nullptr, 0};
+  if (adjust) adjust(t.model);
   t.model.solver.clear_test_iter();  // training only
   t.model.solver.set_cuda_graph(!o.no_cuda_graph);
   t.solver = std::make_unique<Solver>(t.model.solver, t.model.net, backend, t.model.net_path);

@@ -2,7 +2,8 @@
 """The reference for bench/mlp_bench: the same MNIST MLP trained by PyTorch, eager and as one
 captured CUDA graph per step (bench/torch_training.py says how each is timed).
 
-784-512-512-10 with ReLU, softmax cross-entropy, SGD lr 0.01 momentum 0.9, float32 (no TF32).
+784-H-H-10 (H = --hidden, default 512) with ReLU, softmax cross-entropy, SGD lr 0.01
+momentum 0.9, float32 (no TF32).
 Prints the median epoch time per mode and batch size, then the test accuracy after the timed
 epochs.
 
@@ -25,6 +26,7 @@ def main():
     parser.add_argument("--batch-sizes", default="20,64,256")
     parser.add_argument("--epochs", type=int, default=3, help="timed epochs; the median is reported")
     parser.add_argument("--modes", default="eager,graph", help="eager, graph or both")
+    parser.add_argument("--hidden", type=int, default=512, help="width of the hidden layers")
     parser.add_argument("--cpu-threads", type=int, default=0,
                         help="train on the CPU with this many threads (eager mode only; pin "
                              "the process with taskset to compare with Lamina's Native backend)")
@@ -42,15 +44,16 @@ def main():
         where = torch.cuda.get_device_name(0)
         torch.backends.cuda.matmul.allow_tf32 = False  # float32 arithmetic, as Lamina's
     x_train, y_train, x_test, y_test = load_mnist(args.data_dir, device, (-1, 784))
-    print_header(f"PyTorch {torch.__version__} MLP 784-512-512-10 on {where}")
+    h = args.hidden
+    print_header(f"PyTorch {torch.__version__} MLP 784-{h}-{h}-10 on {where}")
 
     for mode in modes:
         for batch in [int(b) for b in args.batch_sizes.split(",")]:
             torch.manual_seed(1)
             model = torch.nn.Sequential(
-                torch.nn.Linear(784, 512), torch.nn.ReLU(),
-                torch.nn.Linear(512, 512), torch.nn.ReLU(),
-                torch.nn.Linear(512, 10)).to(device)
+                torch.nn.Linear(784, h), torch.nn.ReLU(),
+                torch.nn.Linear(h, h), torch.nn.ReLU(),
+                torch.nn.Linear(h, 10)).to(device)
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
             def step(x, y):
