@@ -354,6 +354,83 @@ TEST(NetFusion, LinearAbsorbsTheReluAfterItAndTrainsTheSame) {
   EXPECT_TRUE(std::count(h.begin(), h.end(), 0.0) > 0);
 }
 
+// The fused ReLU's own top feeding a Flatten view, and a Split (two readers): those layers
+// hold the ReLU top's memory from their setup, and must see what the fused Linear writes.
+TEST(NetFusion, TheAbsorbedLayersTopKeepsItsReaders) {
+  const std::string head = R"(
+name: "fan"
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 4 dim: 3 } shape { dim: 4 } } }
+layer { name: "ip1" type: "Linear" bottom: "data" top: "ip1"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.7 }
+                              bias_filler { type: "uniform" min: -0.5 max: 0.5 } } }
+)";
+  const std::string apart =
+      R"(layer { name: "same" type: "Dropout" bottom: "ip1" top: "ip1"
+                 dropout_param { dropout_ratio: 0 } })" "\n";
+  const std::string relu = R"(layer { name: "relu1" type: "ReLU" bottom: "ip1" top: "r" })" "\n";
+  const std::vector<std::string> tails = {
+      // a view
+      R"(layer { name: "flat" type: "Flatten" bottom: "r" top: "f" }
+         layer { name: "ip2" type: "Linear" bottom: "f" top: "s"
+                 inner_product_param { num_output: 3 } }
+         layer { name: "loss" type: "SoftmaxWithLoss" bottom: "s" bottom: "label" })",
+      // two readers: a Split
+      R"(layer { name: "loss" type: "SoftmaxWithLoss" bottom: "r" bottom: "label" }
+         layer { name: "loss2" type: "EuclideanLoss" bottom: "r" bottom: "data" })",
+  };
+  const SolverParameter sp = parse_solver_parameter(
+      "base_lr: 0.5 momentum: 0.9 random_seed: 5", "solver");
+  for (const std::string& tail : tails) {
+    SCOPED_TRACE(tail);
+    Solver fused(sp, parse_net_parameter(head + relu + tail, "fused"), native());
+    Solver separate(sp, parse_net_parameter(head + apart + relu + tail, "apart"), native());
+    EXPECT_TRUE(fused.net().layer_fused(layer_index(fused.net(), "relu1")));
+    EXPECT_FALSE(separate.net().layer_fused(layer_index(separate.net(), "relu1")));
+    for (Solver* s : {&fused, &separate}) {
+      s->net().blob("data").copy_data_from_host(kX);
+      s->net().blob("label").copy_data_from_host(kLabels);
+    }
+    for (int i = 0; i < 4; ++i) {
+      fused.step(1);
+      separate.step(1);
+      ASSERT_EQ(fused.net().loss(), separate.net().loss()) << "iteration " << i;
+    }
+    const int64_t n = fused.net().arena().count();
+    EXPECT_EQ(
+        std::vector<float>(fused.net().arena().data(), fused.net().arena().data() + n),
+        std::vector<float>(separate.net().arena().data(), separate.net().arena().data() + n));
+  }
+}
+
+// A layer defined outside Lamina is not recorded into a CUDA graph unless it says it can be.
+class OpaqueLayer final : public Layer {
+ public:
+  using Layer::Layer;
+  void setup(const Tensors& bottom, const Tensors& top) override {
+    top[0]->reshape(bottom[0]->shape());
+  }
+  void forward(const Tensors& bottom, const Tensors& top) override {
+    backend_.copy(sizeof(float) * bottom[0]->count(), bottom[0]->data(), top[0]->mutable_data());
+  }
+  void backward_input(const Tensors&, const std::vector<bool>&, const Tensors&) override {}
+};
+
+TEST(NetCapture, LayersFromOutsideMustOptIn) {
+  EXPECT_EQ(make_net(kChainNet)->capture_blocker(), "");
+  static const bool registered = [] {
+    register_layer<OpaqueLayer>("TestOpaque");
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+  const std::string text = chain_with(
+      R"(layer { name: "relu1" type: "ReLU" }
+         layer { name: "opaque" type: "TestOpaque" })");
+  EXPECT_THAT(make_net(text)->capture_blocker(),
+              AllOf(HasSubstr("layer 'opaque' (TestOpaque) does not say"),
+                    HasSubstr("Layer::capture_blocker()")));
+}
+
 // ---------------------------------------------------------------------------------------
 // DAGs and fan-out
 

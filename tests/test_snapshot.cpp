@@ -600,13 +600,17 @@ void expect_replayed_equals_direct(const std::string& model) {
   m.solver.clear_test_iter();
   m.solver.add_test_iter(20);
   m.solver.set_clip_gradients(10);
-  std::vector<float> weights[2];
+  std::vector<float> weights[2], blob_reads[2];
   std::vector<LossRecord> losses[2];
   std::vector<std::pair<int, TestResult>> tests[2];
   for (int replay = 0; replay < 2; ++replay) {
     m.solver.set_cuda_graph(replay == 1);
     Solver solver(m.solver, m.net, *backend, m.net_path);
-    solver.step(200);
+    // A blob read on the host between steps: replays must not leave its host copy stale.
+    for (int half = 0; half < 2; ++half) {
+      solver.step(100);
+      blob_reads[replay].push_back(solver.net().blob("loss").copy_data_to_host()[0]);
+    }
     solver.test();
     EXPECT_EQ(solver.replays_steps(), replay == 1);
     EXPECT_EQ(solver.step_operations() > 0, replay == 1);
@@ -619,6 +623,7 @@ void expect_replayed_equals_direct(const std::string& model) {
     }
   }
   EXPECT_TRUE(same_bits(weights[0], weights[1])) << "the weights after 200 iterations differ";
+  EXPECT_TRUE(same_bits(blob_reads[0], blob_reads[1])) << "the loss blob read at 100 and 200";
   EXPECT_EQ(compare_losses(losses[0], {}, losses[1]), "");
   ASSERT_EQ(tests[0].size(), tests[1].size());
   for (size_t i = 0; i < tests[0].size(); ++i) {

@@ -208,14 +208,15 @@ class Backend {
   // A score ties with the label's score counts against it only if strictly greater.
   virtual void accuracy(int64_t rows, int64_t cols, int top_k, const float* x,
                         const float* labels, const LossOptions& options, float* out) = 0;
-  // Linear layers, with the bias and a following ReLU fused in (the net fuses a Linear and
-  // the in-place ReLU after it). y (rows, n) = act(x (rows, k) W (n, k)^T + bias (n)), act
-  // max(v, 0) when relu, else the identity; bias may be null. Written with =.
+  // Linear layers, with the bias and a following ReLU fused in (the net fuses a Linear and a
+  // ReLU that works in place on its output or is its only reader). y (rows, n) =
+  // act(x (rows, k) W (n, k)^T + bias (n)), act the ReLU of activation_forward when relu,
+  // else the identity; bias may be null. Written with =.
   virtual void linear_forward(int64_t rows, int64_t n, int64_t k, const float* x,
                               const float* w, const float* bias, bool relu, float* y) = 0;
   // The gradient through a ReLU after a Linear, and the Linear's bias gradient: with y (the
-  // ReLU's output) non-null, dz = y > 0 ? dy : 0 (dz may be dy); with y null, dz is dy and is
-  // not written. db (n, may be null) += the column sums of dz over the rows.
+  // ReLU's output) non-null, dz = y > 0 ? dy : 0 * dy (as activation_backward; dz may be dy);
+  // with y null, dz is dy and is not written. db (n, may be null) += the column sums of dz.
   virtual void linear_bias_backward(int64_t rows, int64_t n, const float* y, const float* dy,
                                     float* dz, float* db) = 0;
 

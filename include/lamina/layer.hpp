@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -120,10 +121,13 @@ class Layer {
   // After `passes` forward passes were replayed: the host bookkeeping forward() would have
   // done (the position a snapshot records).
   virtual void replayed(int64_t /*passes*/) {}
-  // Why the layer's operations cannot be recorded and replayed, or empty when they can (the
-  // default). A layer that reads results on the host, or passes arguments that change
-  // between passes, says so here; the solver then runs every step directly and logs why.
-  virtual std::string capture_blocker() const { return {}; }
+  // Why the layer's operations cannot be recorded and replayed, empty when they can, or
+  // nullopt when the layer does not say. The default: empty for Lamina's own layers, nullopt
+  // for layers defined elsewhere, which opt in by returning an empty string once every
+  // per-pass value lives in backend memory. A layer that reads results on the host, or
+  // passes arguments that change between passes, gives its reason. With any layer not
+  // empty, the solver runs every step directly and logs why.
+  virtual std::optional<std::string> capture_blocker() const;
 
  protected:
   // Declares a parameter (only in setup); role is e.g. "weight" or "bias".

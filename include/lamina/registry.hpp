@@ -26,6 +26,8 @@ class LayerRegistry {
   // Throws an Error listing the known types when the type is unknown.
   static std::unique_ptr<Layer> create(const LayerParameter& param, const LayerContext& context);
   static std::vector<std::string> types();  // sorted
+  // Whether the type is one of Lamina's own (registered by register_builtin_layers).
+  static bool is_builtin(const std::string& type);
 };
 
 template <class LayerClass>

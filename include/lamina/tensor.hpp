@@ -59,6 +59,9 @@ class Memory {
 
   void to_host();    // copy device -> host if the host mirror is stale
   void to_device();  // copy host -> device if the device copy is stale
+  // The device copy was written behind the accessors (a replayed CUDA graph): the host
+  // mirror is stale.
+  void mark_device_written();
 
  private:
   Backend* backend_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "lamina/registry.hpp"
+
 namespace lamina {
 
 Layer::Layer(const LayerParameter& param, const LayerContext& context)
@@ -14,6 +16,11 @@ Tensor& Layer::add_param(const std::string& role, const Shape& shape,
   p.filler = filler;
   params_.push_back(std::move(p));
   return *params_.back().tensor;
+}
+
+std::optional<std::string> Layer::capture_blocker() const {
+  if (LayerRegistry::is_builtin(type())) return std::string();
+  return std::nullopt;
 }
 
 void Layer::set_state(const std::vector<int64_t>& state) {

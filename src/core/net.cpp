@@ -107,12 +107,23 @@ bool Net::prepare_replay(int64_t passes) {
 
 void Net::replayed(int64_t passes) {
   for (auto& layer : layers_) layer->replayed(passes);
+  // The replay wrote the blobs without going through their accessors.
+  for (auto& blob : blobs_) {
+    blob->data_memory().mark_device_written();
+    blob->diff_memory().mark_device_written();
+  }
 }
 
 std::string Net::capture_blocker() const {
   for (const auto& layer : layers_) {
-    const std::string why = layer->capture_blocker();
-    if (!why.empty()) return "layer '" + layer->name() + "' (" + layer->type() + "): " + why;
+    const std::string where = "layer '" + layer->name() + "' (" + layer->type() + ")";
+    const std::optional<std::string> why = layer->capture_blocker();
+    if (!why) {
+      return where + " does not say whether its operations can be replayed (a layer defined "
+             "outside Lamina opts in by returning \"\" from Layer::capture_blocker(); "
+             "docs/custom_layers.md)";
+    }
+    if (!why->empty()) return where + ": " + *why;
   }
   return {};
 }

@@ -465,8 +465,9 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
 
 // 8. A layer followed by a one-bottom, one-top layer that reads its only top may take over
 //    that layer's work (Layer::absorb); the net then skips the absorbed layer. The next
-//    layer works in place on the top, or its top is made to share the top's values and
-//    gradients, which no other layer reads (so it is in place in effect).
+//    layer works in place on the top, or is the top's only reader, and the top is then made
+//    to share the next top's values and gradients (in place in effect). A top that counts
+//    in the loss keeps its own values.
 void Net::fuse_layers() {
   fused_.assign(layers_.size(), false);
   std::vector<int> readers(blobs_.size(), 0);
@@ -480,12 +481,17 @@ void Net::fuse_layers() {
       continue;
     const bool in_place = next.tops[0] == next.bottoms[0];
     if (!in_place && readers[io.tops[0]] != 1) continue;
-    if (!layers_[i]->absorb(*layers_[i + 1])) continue;
+    const bool weighted = std::any_of(loss_blobs_.begin(), loss_blobs_.end(),
+                                      [&](const auto& l) { return l.first == io.tops[0]; });
+    if (weighted || !layers_[i]->absorb(*layers_[i + 1])) continue;
     fused_[i + 1] = true;
     if (!in_place) {
-      Tensor& top = *blobs_[io.tops[0]];
-      blobs_[next.tops[0]]->share_data(top);
-      blobs_[next.tops[0]]->share_diff(top);
+      // The first top takes the next top's memory, not the other way round: the layers
+      // after the next one (a Split, a Flatten view) already hold that memory, and the
+      // first top has no reader but the absorbed layer.
+      Tensor& next_top = *blobs_[next.tops[0]];
+      blobs_[io.tops[0]]->share_data(next_top);
+      blobs_[io.tops[0]]->share_diff(next_top);
     }
     VLOG(1) << "layer " << layers_[i]->name() << " absorbs " << layers_[i + 1]->name();
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 
 namespace lamina {
 namespace {
@@ -11,13 +12,23 @@ std::map<std::string, LayerFactory>& factories() {
   static std::map<std::string, LayerFactory> map;
   return map;
 }
+std::set<std::string>& builtins() {
+  static std::set<std::string> set;
+  return set;
+}
+bool registering_builtins = false;  // under the registry mutex
 std::recursive_mutex& registry_mutex() {
   static std::recursive_mutex mutex;
   return mutex;
 }
 void ensure_builtins() {
   static std::once_flag once;
-  std::call_once(once, [] { register_builtin_layers(); });
+  std::call_once(once, [] {
+    std::lock_guard<std::recursive_mutex> lock(registry_mutex());
+    registering_builtins = true;
+    register_builtin_layers();
+    registering_builtins = false;
+  });
 }
 
 }  // namespace
@@ -29,6 +40,13 @@ void LayerRegistry::add(const std::string& type, LayerFactory factory) {
                  "registered as a layer type");
   auto inserted = factories().emplace(type, std::move(factory));
   LAMINA_REQUIRE(inserted.second, "layer type '", type, "' is registered twice");
+  if (registering_builtins) builtins().insert(type);
+}
+
+bool LayerRegistry::is_builtin(const std::string& type) {
+  ensure_builtins();
+  std::lock_guard<std::recursive_mutex> lock(registry_mutex());
+  return builtins().count(type) > 0;
 }
 
 bool LayerRegistry::has(const std::string& type) {

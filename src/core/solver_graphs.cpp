@@ -68,6 +68,9 @@ bool Solver::replay(Net& net, int passes, const char* what, std::unique_ptr<Capt
     net.set_layer_states(states, std::string("the net before recording ") + what);
     stop_replaying(std::string("recording ") + what + " failed: " + e.what());
     return false;
+  } catch (...) {
+    net.set_layer_states(states, std::string("the net before recording ") + what);
+    throw;
   }
   generation = net.generation();
   LOG(INFO) << "Recorded " << what << " as a CUDA graph of " << graph->operations()

@@ -88,6 +88,10 @@ void Memory::to_host() {
   residency_ = Residency::kBoth;
 }
 
+void Memory::mark_device_written() {
+  if (!backend_->is_host()) residency_ = Residency::kDevice;
+}
+
 void Memory::to_device() {
   if (backend_->is_host() || residency_ != Residency::kHost) return;
   backend_->copy_from_host(sizeof(float) * count_, host_.data(), device_);

@@ -123,18 +123,19 @@ class MnistDataLayer final : public Layer {
                    " samples, but '", param_.mnist_data_param().images(), "' holds ", samples_,
                    "; resume with the same data set");
     const bool possible =
-        shuffle_ ? epoch >= 0 && epoch <= kMaxEpoch && cursor >= 0 && cursor <= samples_ &&
-                       cursor % batch_ == 0
+        shuffle_ ? epoch >= 0 && epoch <= kMaxPosition / (samples_ / batch_ + 1) &&
+                       cursor >= 0 && cursor <= samples_ && cursor % batch_ == 0
                  : epoch == 0 && cursor >= 0 && cursor < samples_;
     LAMINA_REQUIRE(possible, where(), "the snapshot's position (epoch ", epoch, ", sample ",
                    cursor, ") is impossible for ", samples_, " samples in batches of ", batch_,
-                   shuffle_ ? " with shuffle" : " without shuffle");
+                   shuffle_ ? " with shuffle (resume with the batch_size it was written with)"
+                            : " without shuffle");
     seed_ = uint64_t(state[0]);  // the permutations depend on the seed and the epoch
     restart(shuffle_ ? epoch * (samples_ / batch_) + cursor / batch_ : cursor);
   }
 
  private:
-  static constexpr int64_t kMaxEpoch = int64_t{1} << 40;
+  static constexpr int64_t kMaxPosition = int64_t{1} << 50;  // batches counted from epoch 0
 
   BatchOrder batch_order() const {
     BatchOrder order;

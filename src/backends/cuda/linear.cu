@@ -2,9 +2,11 @@
 // adds the bias and applies the ReLU; its plan (descriptors, and the algorithm cuBLASLt's
 // heuristic ranks first among those that fit the shared cuBLAS workspace and reduce without
 // atomics, so results are bit-identical run to run) is made once per shape and pointer
-// alignment and kept in the context. linear_bias_backward is one kernel: the ReLU's
+// alignment and kept in the context; where cuBLASLt offers none, the product runs as a gemm
+// with the bias and the ReLU apart. linear_bias_backward is one kernel: the ReLU's
 // derivative and the bias gradient's column sums, in a fixed order.
 #include <cublasLt.h>
+#include <glog/logging.h>
 
 #include <map>
 #include <memory>
@@ -21,6 +23,7 @@ struct LinearPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool unfused = false;  // cuBLASLt offers no algorithm: gemm, then bias and ReLU apart
   ~LinearPlan() {
     if (op) cublasLtMatmulDescDestroy(op);
     for (cublasLtMatrixLayout_t l : {w, x, y})
@@ -102,10 +105,14 @@ std::unique_ptr<LinearPlan> make_plan(CudaContext& context, cublasLtHandle_t han
     status = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->w, plan->x, plan->y,
                                             plan->y, preference, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(preference);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    LOG(WARNING) << "cuBLASLt has no algorithm for a Linear product of " << rows << "x" << k
+                 << " by " << k << "x" << n << (relu ? " with ReLU" : "") << " on GPU "
+                 << context.device() << "; it runs as a gemm with the bias and ReLU apart";
+    plan->unfused = true;
+    return plan;
+  }
   LAMINA_CUBLAS_CHECK(status);
-  LAMINA_REQUIRE(found > 0, "cuBLASLt has no algorithm for a Linear product of ", rows, "x",
-                 k, " by ", k, "x", n, (relu ? " with ReLU" : ""), " on GPU ", context.device(),
-                 " within ", workspace, " bytes of workspace");
   plan->algo = result.algo;
   return plan;
 }
@@ -124,7 +131,7 @@ __global__ void linear_bias_backward_kernel(int64_t rows, int64_t n, const float
     for (int64_t r = threadIdx.y; r < rows; r += kRowThreads) {
       float v = dy[r * n + c];
       if (y != nullptr) {
-        v = y[r * n + c] > 0 ? v : 0.0f;
+        v = y[r * n + c] > 0 ? v : 0.0f * v;  // as ReLU's backward: a NaN gradient stays NaN
         dz[r * n + c] = v;
       }
       sum += v;
@@ -144,12 +151,14 @@ void CudaBackend::linear_forward(int64_t rows, int64_t n, int64_t k, const float
                                  const float* w, const float* bias, bool relu, float* y) {
   const cudaStream_t s = on_device();
   if (rows == 0 || n == 0) return;
-  if (k == 0) {  // an empty product: y = act(bias)
-    fill(rows * n, 0.0f, y);
+  // The product, then the bias and the ReLU apart: for an empty product (k = 0: y =
+  // act(bias)) and shapes cuBLASLt has no algorithm for.
+  auto unfused = [&] {
+    gemm(Transpose::kNo, Transpose::kYes, rows, n, k, 1.0f, x, w, 0.0f, y);
     if (bias != nullptr) channel_affine(rows, n, 1, y, nullptr, bias, y);
     if (relu) activation_forward(Activation::kReLU, rows * n, 0.0f, y, y);
-    return;
-  }
+  };
+  if (k == 0) return unfused();
   LinearPlans& plans = context_.linear_plans();
   const LinearPlans::Key key{rows, n, k, bias != nullptr, relu, alignment_of({x, w, bias, y})};
   auto found = plans.by_shape.find(key);
@@ -158,6 +167,7 @@ void CudaBackend::linear_forward(int64_t rows, int64_t n, int64_t k, const float
     found = plans.by_shape.emplace(key, make_plan(context_, plans.handle, key)).first;
   }
   LinearPlan& plan = *found->second;
+  if (plan.unfused) return unfused();
   if (bias != nullptr) set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   const float alpha = 1.0f, beta = 0.0f;
   LAMINA_CUBLAS_CHECK(cublasLtMatmul(plans.handle, plan.op, &alpha, w, plan.w, x, plan.x, &beta,

@@ -21,9 +21,9 @@ void NativeBackend::linear_forward(int64_t rows, int64_t n, int64_t k, const flo
       for (int64_t j = 0; j < n; ++j) yr[j] += bias[j];
     }
     if (relu) {
-      // As activation_forward's ReLU: max keeps a NaN (NaN < 0 is false).
+      // activation_forward's ReLU at slope 0, so NaN and -inf give NaN as there.
 #pragma GCC ivdep
-      for (int64_t j = 0; j < n; ++j) yr[j] = std::max(yr[j], 0.0f);
+      for (int64_t j = 0; j < n; ++j) yr[j] = std::max(yr[j], 0.0f) + 0.0f * std::min(yr[j], 0.0f);
     }
   });
 }
@@ -40,7 +40,7 @@ void NativeBackend::linear_bias_backward(int64_t rows, int64_t n, const float* y
         const float* yr = y + r * n;
         float* dzr = dz + r * n;
 #pragma GCC ivdep
-        for (int64_t j = begin; j < end; ++j) dzr[j] = yr[j] > 0 ? dyr[j] : 0.0f;
+        for (int64_t j = begin; j < end; ++j) dzr[j] = yr[j] > 0 ? dyr[j] : 0.0f * dyr[j];
         dyr = dzr;
       }
       if (db != nullptr) {
