@@ -305,6 +305,22 @@ TEST(NetSequential, TrainsExactlyLikeTheFlatNet) {
 // ---------------------------------------------------------------------------------------
 // Fusion
 
+// Four steps of two solvers on kX and kLabels: the same loss at each, the same weights after.
+void expect_same_training(Solver& a, Solver& b) {
+  for (Solver* s : {&a, &b}) {
+    s->net().blob("data").copy_data_from_host(kX);
+    s->net().blob("label").copy_data_from_host(kLabels);
+  }
+  for (int i = 0; i < 4; ++i) {
+    a.step(1);
+    b.step(1);
+    ASSERT_EQ(a.net().loss(), b.net().loss()) << "iteration " << i;
+  }
+  const int64_t n = a.net().arena().count();
+  EXPECT_EQ(std::vector<float>(a.net().arena().data(), a.net().arena().data() + n),
+            std::vector<float>(b.net().arena().data(), b.net().arena().data() + n));
+}
+
 // kChainNet with `layer` (a prototxt line) in place of relu1.
 std::string chain_with(const std::string& layer) {
   std::string text = kChainNet;
@@ -337,18 +353,7 @@ TEST(NetFusion, LinearAbsorbsTheReluAfterItAndTrainsTheSame) {
       "base_lr: 0.5 momentum: 0.9 weight_decay: 0.01 random_seed: 5", "solver");
   Solver a(sp, parse_net_parameter(apart, "separate"), native());
   Solver b(sp, parse_net_parameter(kChainNet, "fused"), native());
-  for (Solver* s : {&a, &b}) {
-    s->net().blob("data").copy_data_from_host(kX);
-    s->net().blob("label").copy_data_from_host(kLabels);
-  }
-  for (int i = 0; i < 4; ++i) {
-    a.step(1);
-    b.step(1);
-    ASSERT_EQ(a.net().loss(), b.net().loss()) << "iteration " << i;
-  }
-  const int64_t n = a.net().arena().count();
-  EXPECT_EQ(std::vector<float>(a.net().arena().data(), a.net().arena().data() + n),
-            std::vector<float>(b.net().arena().data(), b.net().arena().data() + n));
+  expect_same_training(a, b);
   // Some of ip1's outputs are negative, so the ReLU did something.
   const Mat h = data_of(b.net().blob("relu1"));
   EXPECT_TRUE(std::count(h.begin(), h.end(), 0.0) > 0);
@@ -387,19 +392,7 @@ layer { name: "ip1" type: "Linear" bottom: "data" top: "ip1"
     Solver separate(sp, parse_net_parameter(head + apart + relu + tail, "apart"), native());
     EXPECT_TRUE(fused.net().layer_fused(layer_index(fused.net(), "relu1")));
     EXPECT_FALSE(separate.net().layer_fused(layer_index(separate.net(), "relu1")));
-    for (Solver* s : {&fused, &separate}) {
-      s->net().blob("data").copy_data_from_host(kX);
-      s->net().blob("label").copy_data_from_host(kLabels);
-    }
-    for (int i = 0; i < 4; ++i) {
-      fused.step(1);
-      separate.step(1);
-      ASSERT_EQ(fused.net().loss(), separate.net().loss()) << "iteration " << i;
-    }
-    const int64_t n = fused.net().arena().count();
-    EXPECT_EQ(
-        std::vector<float>(fused.net().arena().data(), fused.net().arena().data() + n),
-        std::vector<float>(separate.net().arena().data(), separate.net().arena().data() + n));
+    expect_same_training(fused, separate);
   }
 }
 
