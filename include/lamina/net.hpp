@@ -45,7 +45,7 @@ class Net {
   void backward();
   // Reads the total loss: copies one float to the host.
   float loss();
-  Tensor& loss_tensor() { return loss_alias_ ? *loss_alias_ : *loss_; }
+  Tensor& loss_tensor() { return *total_; }
 
   // Per-layer access, for the timing tool.
   int num_layers() const { return static_cast<int>(layers_.size()); }
@@ -101,6 +101,8 @@ class Net {
   struct LayerIO {
     std::vector<int> bottoms;  // blob indices
     std::vector<int> tops;
+    Tensors bottom_tensors;    // the same blobs, as the layer's calls take them
+    Tensors top_tensors;
   };
   // The phases of the build (net_builder.cpp), in the order build() runs them.
   void build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamArena> shared,
@@ -126,8 +128,8 @@ class Net {
   std::vector<std::string> output_names_;
   int64_t generation_ = 0;
   std::vector<std::pair<int, float>> loss_blobs_;  // (blob, weight)
-  Tensor* loss_alias_ = nullptr;  // the one loss blob, when it has weight 1: the total
-  std::unique_ptr<Tensor> loss_;                    // (1)
+  Tensor* total_ = nullptr;           // the loss blob when there is one of weight 1, else
+  std::unique_ptr<Tensor> loss_sum_;  // the weighted sum of the losses, made each forward
 
   std::shared_ptr<ParamArena> arena_;
 };

@@ -8,17 +8,13 @@ namespace lamina {
 
 void Net::forward_layer(int i) {
   if (fused_[i]) return;
-  Tensors bottom, top;
-  for (int b : io_[i].bottoms) bottom.push_back(blobs_[b].get());
-  for (int t : io_[i].tops) top.push_back(blobs_[t].get());
-  layers_[i]->forward(bottom, top);
+  layers_[i]->forward(io_[i].bottom_tensors, io_[i].top_tensors);
 }
 
 void Net::backward_layer(int i) {
   if (!needs_backward_[i] || fused_[i]) return;
-  Tensors bottom, top;
-  for (int b : io_[i].bottoms) bottom.push_back(blobs_[b].get());
-  for (int t : io_[i].tops) top.push_back(blobs_[t].get());
+  const Tensors& bottom = io_[i].bottom_tensors;
+  const Tensors& top = io_[i].top_tensors;
   // Parameters first: an in-place layer's backward_input overwrites the top diff. A frozen
   // layer (every parameter at lr_mult 0) computes no parameter gradients: they would cost a
   // gemm and count in the clipping norm, as they do not in Caffe or PyTorch.
@@ -29,8 +25,8 @@ void Net::backward_layer(int i) {
 
 void Net::forward() {
   for (int i = 0; i < num_layers(); ++i) forward_layer(i);
-  if (loss_alias_) return;
-  float* loss = loss_->mutable_data();
+  if (!loss_sum_) return;
+  float* loss = loss_sum_->mutable_data();
   backend_.zero(sizeof(float), loss);
   for (const auto& l : loss_blobs_) backend_.axpy(1, l.second, blobs_[l.first]->data(), loss);
 }
@@ -46,17 +42,9 @@ float Net::loss() {
   return value;
 }
 
-Tensors Net::layer_bottoms(int i) const {
-  Tensors bottom;
-  for (int b : io_[i].bottoms) bottom.push_back(blobs_[b].get());
-  return bottom;
-}
+Tensors Net::layer_bottoms(int i) const { return io_[i].bottom_tensors; }
 
-Tensors Net::layer_tops(int i) const {
-  Tensors top;
-  for (int t : io_[i].tops) top.push_back(blobs_[t].get());
-  return top;
-}
+Tensors Net::layer_tops(int i) const { return io_[i].top_tensors; }
 
 Net::LayerStates Net::layer_states() const {
   LayerStates states;

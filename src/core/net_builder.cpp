@@ -272,7 +272,8 @@ void Net::set_up_layers(NetPlan& plan) {
   std::vector<int> consumed;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
     LayerIO io;
-    Tensors bottom_tensors, top_tensors;
+    Tensors& bottom_tensors = io.bottom_tensors;
+    Tensors& top_tensors = io.top_tensors;
     for (const std::string& b : plan.bottoms[i]) {
       io.bottoms.push_back(blob_index_.at(b));
       bottom_tensors.push_back(blobs_[io.bottoms.back()].get());
@@ -296,10 +297,8 @@ void Net::set_up_layers(NetPlan& plan) {
     try {
       if (works_in_place(bottom_tensors, top_tensors)) {
         std::vector<EarlierLayer> earlier;
-        for (size_t j = 0; j < i; ++j) {
-          earlier.push_back({plan.layers[j].get(), {}});
-          for (int t : io_[j].tops) earlier.back().tops.push_back(blobs_[t].get());
-        }
+        for (size_t j = 0; j < i; ++j)
+          earlier.push_back({plan.layers[j].get(), io_[j].top_tensors});
         check_in_place(*plan.layers[i], bottom_tensors, top_tensors, earlier);
       }
       plan.layers[i]->setup(bottom_tensors, top_tensors);
@@ -338,10 +337,13 @@ void Net::collect_losses(const NetPlan& plan) {
       rethrow(plan, plan.flat[i], e);
     }
   }
-  loss_ = std::make_unique<Tensor>(backend_, Shape{}, "loss");
   // One loss of weight 1 is the total itself: no sum to compute each pass.
-  if (loss_blobs_.size() == 1 && loss_blobs_[0].second == 1.0f)
-    loss_alias_ = blobs_[loss_blobs_[0].first].get();
+  if (loss_blobs_.size() == 1 && loss_blobs_[0].second == 1.0f) {
+    total_ = blobs_[loss_blobs_[0].first].get();
+  } else {
+    loss_sum_ = std::make_unique<Tensor>(backend_, Shape{}, "loss");
+    total_ = loss_sum_.get();
+  }
 }
 
 // 6. A layer needs backward when its tops lead to a loss and it has learnable parameters or
