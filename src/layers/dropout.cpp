@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "lamina/layer.hpp"
+#include "lamina/pass_counter_buffer.hpp"
 #include "lamina/registry.hpp"
 
 namespace lamina {
@@ -30,17 +31,16 @@ class DropoutLayer : public Layer {
     if (top[0] != bottom[0]) top[0]->reshape(bottom[0]->shape());
     if (phase_ == TRAIN) {
       mask_ = std::make_unique<Tensor>(backend_, bottom[0]->shape(), name() + "/mask");
-      counter_ = Buffer(backend_, sizeof(PassCounter));
-      restart(0);
+      counter_ = PassCounterBuffer(backend_);
     }
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     const int64_t n = bottom[0]->count();
     if (phase_ == TRAIN) {
-      backend_.dropout_forward(n, ratio_, seed_, offset_, counter_.as<PassCounter>(),
-                               bottom[0]->data(), mask_->mutable_data(), top[0]->mutable_data());
-      ++passes_;
+      backend_.dropout_forward(n, ratio_, seed_, offset_, counter_.device(), bottom[0]->data(),
+                               mask_->mutable_data(), top[0]->mutable_data());
+      counter_.advance();
     } else if (top[0] != bottom[0]) {
       backend_.copy(sizeof(float) * n, bottom[0]->data(), top[0]->mutable_data());
     }
@@ -60,7 +60,8 @@ class DropoutLayer : public Layer {
   // (seed, offset)
   std::vector<int64_t> state() const override {
     if (phase_ != TRAIN) return {};
-    return {int64_t(seed_), int64_t(offset_ + uint64_t(passes_) * uint64_t(mask_->count()))};
+    return {int64_t(seed_),
+            int64_t(offset_ + uint64_t(counter_.passes()) * uint64_t(mask_->count()))};
   }
 
   void set_state(const std::vector<int64_t>& state) override {
@@ -68,23 +69,16 @@ class DropoutLayer : public Layer {
     LAMINA_REQUIRE(state.size() == 2, where(), "the snapshot holds ", state.size(),
                    " state values; Dropout keeps 2 (seed, offset)");
     seed_ = uint64_t(state[0]);
-    restart(uint64_t(state[1]));
+    offset_ = uint64_t(state[1]);
+    counter_.restart();
   }
 
-  void replayed(int64_t passes) override { passes_ += passes; }
+  void replayed(int64_t passes) override { counter_.advance(passes); }
 
  private:
-  // Pass 0 draws from offset; the pass counter starts again from zero.
-  void restart(uint64_t offset) {
-    offset_ = offset;
-    passes_ = 0;
-    backend_.zero(sizeof(PassCounter), counter_.get());
-  }
-
   float ratio_ = 0.5f;
   uint64_t offset_ = 0;           // the random-number counter of pass 0's first element
-  int64_t passes_ = 0;            // the pass counter's value as the host knows it
-  Buffer counter_;                // TRAIN only: a PassCounter
+  PassCounterBuffer counter_;     // TRAIN only: the passes since offset_
   std::unique_ptr<Tensor> mask_;  // TRAIN only; shaped like the bottom
 };
 

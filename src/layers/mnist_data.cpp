@@ -23,6 +23,7 @@
 #include <random>
 
 #include "lamina/idx.hpp"
+#include "lamina/pass_counter_buffer.hpp"
 #include "lamina/registry.hpp"
 
 namespace lamina {
@@ -80,18 +81,18 @@ class MnistDataLayer final : public Layer {
     if (shuffle_) {
       for (Buffer& order : orders_) order = Buffer(backend_, sizeof(int32_t) * samples_);
     }
-    counter_ = Buffer(backend_, sizeof(PassCounter));
+    counter_ = PassCounterBuffer(backend_);
     restart(0);
     top[0]->reshape({batch_, 1, images.dims[1], images.dims[2]});
     top[1]->reshape({batch_});
   }
 
   void forward(const Tensors& /*bottom*/, const Tensors& top) override {
-    if (shuffle_) load_epoch(batch_order().epoch(passes_));
+    if (shuffle_) load_epoch(batch_order().epoch(counter_.passes()));
     backend_.gather_batch(batch_order(),
                           GatherTop{images_.as<uint8_t>(), pixels_, scale_, top[0]->mutable_data()},
                           GatherTop{labels_.as<uint8_t>(), 1, 1.0f, top[1]->mutable_data()});
-    ++passes_;
+    counter_.advance();
   }
 
   void backward_input(const Tensors& /*top*/, const std::vector<bool>& /*propagate*/,
@@ -101,18 +102,20 @@ class MnistDataLayer final : public Layer {
   bool prepare_replay(int64_t passes) override {
     if (!shuffle_) return true;
     const BatchOrder order = batch_order();
-    const int64_t first = order.epoch(passes_), last = order.epoch(passes_ + passes - 1);
+    const int64_t now = counter_.passes();
+    const int64_t first = order.epoch(now), last = order.epoch(now + passes - 1);
     if (last - first > 1) return false;
     for (int64_t epoch = first; epoch <= last; ++epoch) load_epoch(epoch);
     return true;
   }
 
-  void replayed(int64_t passes) override { passes_ += passes; }
+  void replayed(int64_t passes) override { counter_.advance(passes); }
 
   // (seed, epoch, cursor, samples): the position of the next batch.
   std::vector<int64_t> state() const override {
     const BatchOrder order = batch_order();
-    return {int64_t(seed_), order.epoch(passes_), order.cursor(passes_), samples_};
+    const int64_t now = counter_.passes();
+    return {int64_t(seed_), order.epoch(now), order.cursor(now), samples_};
   }
 
   void set_state(const std::vector<int64_t>& state) override {
@@ -139,7 +142,7 @@ class MnistDataLayer final : public Layer {
 
   BatchOrder batch_order() const {
     BatchOrder order;
-    order.counter = counter_.as<PassCounter>();
+    order.counter = counter_.device();
     order.first = first_;
     order.batch = batch_;
     order.samples = samples_;
@@ -151,8 +154,7 @@ class MnistDataLayer final : public Layer {
   // Pass 0 takes position first (BatchOrder::first); the counter starts again from zero.
   void restart(int64_t first) {
     first_ = first;
-    passes_ = 0;
-    backend_.zero(sizeof(PassCounter), counter_.get());
+    counter_.restart();
     loaded_ = {-1, -1};
   }
 
@@ -181,9 +183,8 @@ class MnistDataLayer final : public Layer {
   Buffer images_, labels_;
   std::array<Buffer, 2> orders_;     // with shuffle: epoch e's permutation in orders_[e % 2]
   std::array<int64_t, 2> loaded_{};  // the epoch in each slot, -1 for none
-  Buffer counter_;                   // a PassCounter: the passes since restart()
+  PassCounterBuffer counter_;        // the passes since restart()
   int64_t first_ = 0;                // BatchOrder::first
-  int64_t passes_ = 0;               // the counter's value as the host knows it
 };
 
 }  // namespace

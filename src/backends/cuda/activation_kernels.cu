@@ -6,6 +6,7 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
+#include "lamina/relu.hpp"
 
 namespace lamina::cuda_detail {
 namespace {
@@ -27,10 +28,7 @@ __global__ void tanh_forward_kernel(int64_t n, const float* x, float* y) {
 
 __global__ void relu_backward_kernel(int64_t n, float slope, const float* y, const float* dy,
                                      float* dx) {
-  LAMINA_GRID_STRIDE_LOOP(i, n) {
-    const float g = dy[i];
-    dx[i] = y[i] > 0 ? g : slope * g;
-  }
+  LAMINA_GRID_STRIDE_LOOP(i, n) dx[i] = relu_backward_value(y[i], dy[i], slope);
 }
 
 __global__ void sigmoid_backward_kernel(int64_t n, const float* y, const float* dy, float* dx) {

@@ -16,6 +16,7 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
 #include "lamina/common.hpp"
+#include "lamina/relu.hpp"
 
 namespace lamina::cuda_detail {
 
@@ -131,7 +132,7 @@ __global__ void linear_bias_backward_kernel(int64_t rows, int64_t n, const float
     for (int64_t r = threadIdx.y; r < rows; r += kRowThreads) {
       float v = dy[r * n + c];
       if (y != nullptr) {
-        v = y[r * n + c] > 0 ? v : 0.0f * v;  // as ReLU's backward: a NaN gradient stays NaN
+        v = relu_backward_value(y[r * n + c], v, 0.0f);
         dz[r * n + c] = v;
       }
       sum += v;

@@ -4,10 +4,12 @@
 #include <algorithm>
 
 #include "lamina/native_backend.hpp"
+#include "lamina/relu.hpp"
 #include "parallel.hpp"
 
 namespace lamina {
 
+using native::parallel_ranges;
 using native::parallel_rows;
 
 void NativeBackend::linear_forward(int64_t rows, int64_t n, int64_t k, const float* x,
@@ -21,9 +23,8 @@ void NativeBackend::linear_forward(int64_t rows, int64_t n, int64_t k, const flo
       for (int64_t j = 0; j < n; ++j) yr[j] += bias[j];
     }
     if (relu) {
-      // activation_forward's ReLU at slope 0, so NaN and -inf give NaN as there.
 #pragma GCC ivdep
-      for (int64_t j = 0; j < n; ++j) yr[j] = std::max(yr[j], 0.0f) + 0.0f * std::min(yr[j], 0.0f);
+      for (int64_t j = 0; j < n; ++j) yr[j] = relu_value(yr[j], 0.0f);
     }
   });
 }
@@ -40,7 +41,7 @@ void NativeBackend::linear_bias_backward(int64_t rows, int64_t n, const float* y
         const float* yr = y + r * n;
         float* dzr = dz + r * n;
 #pragma GCC ivdep
-        for (int64_t j = begin; j < end; ++j) dzr[j] = yr[j] > 0 ? dyr[j] : 0.0f * dyr[j];
+        for (int64_t j = begin; j < end; ++j) dzr[j] = relu_backward_value(yr[j], dyr[j], 0.0f);
         dyr = dzr;
       }
       if (db != nullptr) {
@@ -49,8 +50,7 @@ void NativeBackend::linear_bias_backward(int64_t rows, int64_t n, const float* y
       }
     }
   };
-  if (rows * n <= native::kParallelMin) return columns(0, n);
-  ThreadPool::instance().run(n, columns);
+  parallel_ranges(n, columns, rows * n);
 }
 
 }  // namespace lamina

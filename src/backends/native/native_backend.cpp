@@ -12,6 +12,7 @@
 //     summed serially in row order.
 //   - Labels are class indices stored as floats, converted with static_cast<int>.
 #include "lamina/native_backend.hpp"
+#include "lamina/relu.hpp"
 
 #include <cblas.h>
 #include <glog/logging.h>
@@ -248,12 +249,7 @@ void NativeBackend::activation_forward(Activation f, int64_t n, float negative_s
                                        const float* x, float* y) {
   switch (f) {
     case Activation::kReLU:
-      // Branch-free (max/min vectorise; a branch on the sign of real activations
-      // mispredicts half the time): same values as x > 0 ? x : slope x, NaN propagates.
-      parallel_for(n, [=](int64_t i) {
-        const float v = x[i];
-        y[i] = std::max(v, 0.0f) + negative_slope * std::min(v, 0.0f);
-      });
+      parallel_for(n, [=](int64_t i) { y[i] = relu_value(x[i], negative_slope); });
       break;
     case Activation::kSigmoid:
       parallel_for(n, [=](int64_t i) { y[i] = 1.0f / (1.0f + std::exp(-x[i])); });
@@ -273,7 +269,8 @@ void NativeBackend::activation_backward(Activation f, int64_t n, float negative_
       // activations mispredicts half the time.
       parallel_ranges(n, [=](int64_t begin, int64_t end) {
 #pragma GCC ivdep
-        for (int64_t i = begin; i < end; ++i) dx[i] = y[i] > 0 ? dy[i] : negative_slope * dy[i];
+        for (int64_t i = begin; i < end; ++i)
+          dx[i] = relu_backward_value(y[i], dy[i], negative_slope);
       });
       break;
     case Activation::kSigmoid:

@@ -31,12 +31,13 @@ void parallel_for(int64_t n, F f) {
   });
 }
 
-// Runs f(begin, end) over contiguous ranges of [0, n), on all threads when n is large. For
+// Runs f(begin, end) over contiguous ranges of [0, n), on all threads when the work is large:
+// `work` elements in all (default n; more when each index stands for a column of rows). For
 // loops that must vectorise: write them over the range with `#pragma GCC ivdep` (in-place
 // calls alias only element for element, which ivdep allows).
 template <class F>
-void parallel_ranges(int64_t n, F f) {
-  if (n <= kParallelMin) return f(int64_t{0}, n);
+void parallel_ranges(int64_t n, F f, int64_t work = -1) {
+  if ((work < 0 ? n : work) <= kParallelMin) return f(int64_t{0}, n);
   ThreadPool::instance().run(n, [&](int64_t begin, int64_t end) { f(begin, end); });
 }
 
