@@ -27,6 +27,7 @@ struct LayerContext {
   Backend& backend;
   Phase phase;
   uint64_t seed;
+  bool builtin = false;  // one of Lamina's own types (LayerRegistry::create sets it)
 };
 
 // A learnable parameter as a layer declares it.
@@ -146,6 +147,7 @@ class Layer {
   Backend& backend_;
   Phase phase_;
   uint64_t seed_;
+  bool builtin_;
   std::vector<Param> params_;
 };
 

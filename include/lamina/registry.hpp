@@ -23,11 +23,10 @@ class LayerRegistry {
   // Throws if the type is already registered.
   static void add(const std::string& type, LayerFactory factory);
   static bool has(const std::string& type);
-  // Throws an Error listing the known types when the type is unknown.
+  // Throws an Error listing the known types when the type is unknown. The layer learns
+  // whether its type is one of Lamina's own (LayerContext::builtin).
   static std::unique_ptr<Layer> create(const LayerParameter& param, const LayerContext& context);
   static std::vector<std::string> types();  // sorted
-  // Whether the type is one of Lamina's own (registered by register_builtin_layers).
-  static bool is_builtin(const std::string& type);
 };
 
 template <class LayerClass>

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 
-#include "lamina/registry.hpp"
-
 namespace lamina {
 
 Layer::Layer(const LayerParameter& param, const LayerContext& context)
-    : param_(param), backend_(context.backend), phase_(context.phase), seed_(context.seed) {}
+    : param_(param),
+      backend_(context.backend),
+      phase_(context.phase),
+      seed_(context.seed),
+      builtin_(context.builtin) {}
 
 Tensor& Layer::add_param(const std::string& role, const Shape& shape,
                          const FillerParameter& filler) {
@@ -19,7 +21,7 @@ Tensor& Layer::add_param(const std::string& role, const Shape& shape,
 }
 
 std::optional<std::string> Layer::capture_blocker() const {
-  if (LayerRegistry::is_builtin(type())) return std::string();
+  if (builtin_) return std::string();
   return std::nullopt;
 }
 

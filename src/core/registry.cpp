@@ -43,12 +43,6 @@ void LayerRegistry::add(const std::string& type, LayerFactory factory) {
   if (registering_builtins) builtins().insert(type);
 }
 
-bool LayerRegistry::is_builtin(const std::string& type) {
-  ensure_builtins();
-  std::lock_guard<std::recursive_mutex> lock(registry_mutex());
-  return builtins().count(type) > 0;
-}
-
 bool LayerRegistry::has(const std::string& type) {
   ensure_builtins();
   std::lock_guard<std::recursive_mutex> lock(registry_mutex());
@@ -68,6 +62,7 @@ std::unique_ptr<Layer> LayerRegistry::create(const LayerParameter& param,
                                              const LayerContext& context) {
   ensure_builtins();
   LayerFactory factory;
+  LayerContext built = context;
   {
     std::lock_guard<std::recursive_mutex> lock(registry_mutex());
     auto it = factories().find(param.type());
@@ -78,8 +73,9 @@ std::unique_ptr<Layer> LayerRegistry::create(const LayerParameter& param,
            ". A custom layer must be registered (LAMINA_REGISTER_LAYER) before the net is built.");
     }
     factory = it->second;
+    built.builtin = builtins().count(param.type()) > 0;
   }
-  return factory(param, context);
+  return factory(param, built);
 }
 
 }  // namespace lamina
