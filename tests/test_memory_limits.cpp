@@ -30,9 +30,10 @@ NativeBackend& native() {
   return backend;
 }
 
+// The file is this process's own: ctest runs the tests of this binary in parallel processes.
 std::unique_ptr<Net> build(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "memory.prototxt";
-  std::ofstream(path) << text;
+  static const testing::TempDir dir;
+  const std::string path = dir.write("memory.prototxt", text);
   return std::make_unique<Net>(parse_net_parameter(read_text_file(path), path), TRAIN, native(),
                                1, nullptr, path);
 }
@@ -51,22 +52,14 @@ TEST(MemoryLimits, ReadableBytes) {
 class FakeSystem {
  public:
   FakeSystem() {
-    root_ = ::testing::TempDir() + "fake_system_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(root_);
     write("proc/meminfo", "MemTotal:       24684084 kB\nMemFree:        22989196 kB\n"
                           "MemAvailable:   20971520 kB\nBuffers:            7136 kB\n");
   }
-  ~FakeSystem() { std::filesystem::remove_all(root_); }
-  void write(const std::string& path, const std::string& text) {
-    const std::filesystem::path full = root_ + "/" + path;
-    std::filesystem::create_directories(full.parent_path());
-    std::ofstream(full) << text;
-  }
-  const std::string& root() const { return root_; }
+  void write(const std::string& path, const std::string& text) { dir_.write(path, text); }
+  std::string root() const { return dir_.path().string(); }
 
  private:
-  std::string root_;
+  testing::TempDir dir_;
 };
 
 // Small allocations are not checked one by one but together: the one that brings their sum

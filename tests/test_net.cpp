@@ -275,36 +275,6 @@ TEST(NetSequential, ChildrenAreChainedAndNamedAfterTheirContainers) {
   EXPECT_CLOSE(diff_of(param(*net, "mlp/ip1", 0)), e.d_w1, 1e-5);
 }
 
-TEST(NetSequential, TrainsExactlyLikeTheFlatNet) {
-  // Same layer order, shapes and fillers, so the same seed gives the same weights.
-  const SolverParameter sp = parse_solver_parameter(
-      "base_lr: 0.5 momentum: 0.9 weight_decay: 0.01 random_seed: 5", "solver");
-  Solver flat(sp, parse_net_parameter(kChainNet, "flat"), native());
-  Solver nested(sp, parse_net_parameter(kSequentialNet, "nested"), native());
-  for (Solver* s : {&flat, &nested}) {
-    s->net().blob("data").copy_data_from_host(kX);
-    s->net().blob("label").copy_data_from_host(kLabels);
-  }
-  const Mat w2_before = data_of(param(flat.net(), "ip2", 0));
-  EXPECT_EQ(w2_before, data_of(param(nested.net(), "mlp/block/ip2", 0)));
-  for (int i = 0; i < 4; ++i) {
-    flat.step(1);
-    nested.step(1);
-    ASSERT_EQ(flat.net().loss(), nested.net().loss()) << "iteration " << i;
-  }
-  ASSERT_EQ(flat.net().arena().count(), nested.net().arena().count());
-  const int64_t n = flat.net().arena().count();
-  std::vector<float> a(flat.net().arena().data(), flat.net().arena().data() + n);
-  std::vector<float> b(nested.net().arena().data(), nested.net().arena().data() + n);
-  EXPECT_EQ(a, b);
-  // And training moved the weights away from where they started.
-  EXPECT_NE(data_of(param(flat.net(), "ip2", 0)), w2_before);
-  EXPECT_TRUE(std::isfinite(flat.net().loss()));
-}
-
-// ---------------------------------------------------------------------------------------
-// Fusion
-
 // Four steps of two solvers on kX and kLabels: the same loss at each, the same weights after.
 void expect_same_training(Solver& a, Solver& b) {
   for (Solver* s : {&a, &b}) {
@@ -316,10 +286,28 @@ void expect_same_training(Solver& a, Solver& b) {
     b.step(1);
     ASSERT_EQ(a.net().loss(), b.net().loss()) << "iteration " << i;
   }
+  ASSERT_EQ(a.net().arena().count(), b.net().arena().count());
   const int64_t n = a.net().arena().count();
   EXPECT_EQ(std::vector<float>(a.net().arena().data(), a.net().arena().data() + n),
             std::vector<float>(b.net().arena().data(), b.net().arena().data() + n));
 }
+
+TEST(NetSequential, TrainsExactlyLikeTheFlatNet) {
+  // Same layer order, shapes and fillers, so the same seed gives the same weights.
+  const SolverParameter sp = parse_solver_parameter(
+      "base_lr: 0.5 momentum: 0.9 weight_decay: 0.01 random_seed: 5", "solver");
+  Solver flat(sp, parse_net_parameter(kChainNet, "flat"), native());
+  Solver nested(sp, parse_net_parameter(kSequentialNet, "nested"), native());
+  const Mat w2_before = data_of(param(flat.net(), "ip2", 0));
+  EXPECT_EQ(w2_before, data_of(param(nested.net(), "mlp/block/ip2", 0)));
+  expect_same_training(flat, nested);
+  // And training moved the weights away from where they started.
+  EXPECT_NE(data_of(param(flat.net(), "ip2", 0)), w2_before);
+  EXPECT_TRUE(std::isfinite(flat.net().loss()));
+}
+
+// ---------------------------------------------------------------------------------------
+// Fusion
 
 // kChainNet with `layer` (a prototxt line) in place of relu1.
 std::string chain_with(const std::string& layer) {

@@ -20,6 +20,7 @@ namespace lamina {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::TempDir;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -35,26 +36,6 @@ std::string refusal(const std::string& settings, const std::string& source = "so
   return {};
 }
 
-// A directory of files for one test, removed at the end.
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("lamina_solver_config_" +
-                                                 std::to_string(::getpid()) + "_" +
-                                                 std::to_string(count_++))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string write(const std::string& name, const std::string& text) const {
-    const fs::path file = path_ / name;
-    std::ofstream(file) << text;
-    return file.string();
-  }
-  fs::path path() const { return path_; }
-
- private:
-  static inline int count_ = 0;
-  fs::path path_;
-};
 
 // ---------------------------------------------------------------------------------------
 // Refused values

@@ -106,6 +106,13 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
   std::string operator/(const std::string& name) const { return (path_ / name).string(); }
   const std::filesystem::path& path() const { return path_; }
+  // Writes text to the file `name` (its directories created) and returns its path.
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::filesystem::path file = path_ / name;
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+    return file.string();
+  }
 
  private:
   std::filesystem::path path_;
