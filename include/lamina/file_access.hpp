@@ -31,12 +31,9 @@ class InputFile {
   // sentence added when the file does not exist (how to get it), or empty.
   InputFile(std::string path, std::string what, std::string if_missing = {});
   ~InputFile();
-  InputFile(InputFile&& other) noexcept;
-  InputFile& operator=(InputFile&& other) noexcept;
   InputFile(const InputFile&) = delete;
   InputFile& operator=(const InputFile&) = delete;
 
-  const std::string& path() const { return path_; }
   // Bytes, as fstat said at open.
   int64_t size() const { return size_; }
   // "<what> '<path>': ", the start of every message about this file.
@@ -57,10 +54,6 @@ class InputFile {
   int fd_ = -1;
   int64_t size_ = 0;
 };
-
-// Reads a whole file a user named: InputFile(path, what).read_all(max_bytes).
-std::string read_user_file(const std::string& path, const std::string& what,
-                           int64_t max_bytes = kMaxTextFileBytes);
 
 // The path as messages show it: quoted, and shortened to its start and end (with its
 // length) when it is longer than a screen, as an ENAMETOOLONG path may be.

@@ -46,7 +46,6 @@ class ParamArena {
   ParamArena(const ParamArena&) = delete;
   ParamArena& operator=(const ParamArena&) = delete;
 
-  Backend& backend() const { return backend_; }
   const std::vector<ParamInfo>& table() const { return table_; }
   const ParamInfo* find(const std::string& name) const;  // nullptr when absent
   int64_t count() const { return count_; }                // floats, padding included

@@ -90,8 +90,12 @@ SnapshotFile decode_snapshot(const std::string& bytes, SnapshotKind kind,
 // Reads path whole and decodes it.
 SnapshotFile read_snapshot_file(const std::string& path, SnapshotKind kind);
 
-// Writes bytes to path atomically (see above).
+// PREFIX_iter_N, the name of iteration N's snapshot files without their extension.
+std::string snapshot_stem(const std::string& prefix, int64_t iter);
+// Writes bytes to path atomically (see above), through temporary_path(path).
 void write_file_atomically(const std::string& path, const std::string& bytes);
+// PATH.tmp-<pid>: where write_file_atomically writes before the rename.
+std::string temporary_path(const std::string& path);
 // Writes all of data to the open descriptor fd, retrying on EINTR and short writes; throws
 // naming `path` and strerror (ENOSPC: "No space left on device").
 void write_fully(int fd, const void* data, size_t size, const std::string& path);

@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <cstdio>
 #include <cstring>
 
 #include "lamina/common.hpp"
+#include "lamina/host_memory.hpp"
 
 namespace lamina {
 namespace {
@@ -20,9 +20,7 @@ constexpr size_t kLongestShownPath = 512;  // longer paths are shown by their st
 
 // "70000000 bytes (66.8 MiB)"
 std::string bytes_and_mib(int64_t bytes) {
-  char mib[32];
-  std::snprintf(mib, sizeof(mib), "%.1f MiB", double(bytes) / double(1 << 20));
-  return std::to_string(bytes) + " bytes (" + mib + ")";
+  return std::to_string(bytes) + " bytes (" + readable_bytes(uint64_t(bytes)) + ")";
 }
 
 // What a file that is not a regular file is, and what to do instead; "" for a regular file.
@@ -130,23 +128,6 @@ InputFile::~InputFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-InputFile::InputFile(InputFile&& other) noexcept
-    : path_(std::move(other.path_)), what_(std::move(other.what_)), fd_(other.fd_),
-      size_(other.size_) {
-  other.fd_ = -1;
-}
-
-InputFile& InputFile::operator=(InputFile&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    path_ = std::move(other.path_);
-    what_ = std::move(other.what_);
-    fd_ = other.fd_;
-    size_ = other.size_;
-    other.fd_ = -1;
-  }
-  return *this;
-}
 
 std::string InputFile::prefix() const { return what_ + " " + quoted_path(path_) + ": "; }
 
@@ -179,10 +160,6 @@ std::string InputFile::read_all(int64_t max_bytes) {
   std::string bytes(size_t(size_), '\0');
   bytes.resize(read(bytes.data(), bytes.size()));  // never past the size stat'd at open
   return bytes;
-}
-
-std::string read_user_file(const std::string& path, const std::string& what, int64_t max_bytes) {
-  return InputFile(path, what).read_all(max_bytes);
 }
 
 }  // namespace lamina

@@ -54,7 +54,7 @@ Message parse(const std::string& text, const std::string& source, const char* wh
 }  // namespace
 
 std::string read_text_file(const std::string& path, const std::string& what) {
-  return read_user_file(path, what, kMaxTextFileBytes);
+  return InputFile(path, what).read_all(kMaxTextFileBytes);
 }
 
 std::string resolve_path(const std::string& path, const std::string& relative_to) {

@@ -424,8 +424,16 @@ void write_fully(int fd, const void* data, size_t size, const std::string& path)
   }
 }
 
+std::string snapshot_stem(const std::string& prefix, int64_t iter) {
+  return prefix + "_iter_" + std::to_string(iter);
+}
+
+std::string temporary_path(const std::string& path) {
+  return path + ".tmp-" + std::to_string(::getpid());
+}
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const std::string tmp = temporary_path(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int error = errno;
@@ -471,8 +479,7 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
 
 void check_writable(const std::string& prefix, int64_t max_iter) {
   // write_file_atomically's temporary for the last solver state: the longest name written.
-  const std::string probe = prefix + "_iter_" + std::to_string(max_iter) + ".solverstate.tmp-" +
-                            std::to_string(::getpid());
+  const std::string probe = temporary_path(snapshot_stem(prefix, max_iter) + ".solverstate");
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int error = errno;

@@ -113,7 +113,7 @@ SnapshotPaths Solver::snapshot() {
   const auto start = std::chrono::steady_clock::now();
   const std::string& prefix = param_.snapshot_prefix();
   LAMINA_REQUIRE(!prefix.empty(), "cannot write a snapshot: snapshot_prefix is not set");
-  const std::string base = prefix + "_iter_" + std::to_string(iter_);
+  const std::string base = snapshot_stem(prefix, iter_);
   const SnapshotPaths paths{base + ".lamina", base + ".solverstate"};
   for (const std::string& kept : protected_files_) {
     for (const std::string& target : {paths.weights, paths.state}) {
