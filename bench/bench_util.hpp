@@ -23,7 +23,7 @@ inline double seconds_since(Clock::time_point start) {
 // The command line both benchmarks take.
 struct Options {
   std::vector<int> batch_sizes = {64, 256};
-  std::string gpu;  // --gpu as given; empty: the CPU
+  std::string gpu = "-1";  // --gpu as given; -1: the CPU
   int repeats = 3;  // epochs timed per batch size
   bool no_cuda_graph = false;  // launch every operation directly (solver cuda_graph: false)
   mnist::ModelOptions model;
@@ -45,7 +45,7 @@ inline std::unique_ptr<Backend> checked_backend(const Options& o) {
   LAMINA_REQUIRE(!o.batch_sizes.empty(), "--batch-sizes names no batch size");
   for (int batch : o.batch_sizes)
     LAMINA_REQUIRE(batch > 0, "--batch-sizes: every batch size must be > 0, got ", batch);
-  return lamina::make_backend(o.gpu.empty() ? "cpu" : backend_spec_from_gpu(o.gpu));
+  return lamina::make_backend(backend_spec_from_gpu(o.gpu));
 }
 
 struct EpochTiming {

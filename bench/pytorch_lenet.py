@@ -15,14 +15,13 @@ batch size, then the test accuracy after the warm-up and the timed epochs.
     python3 bench/pytorch_lenet.py --data-dir data/mnist --batch-sizes 64,256 --epochs 3 \
         --modes eager,graph
 """
-import argparse
 import math
 
 import torch
 import torch.nn.functional as F
 
 from mnist_idx import load_mnist
-from torch_training import accuracy, parse_modes, print_header, print_row, time_training
+from torch_training import accuracy, print_header, print_row, reference_parser, runs, time_training
 
 BASE_LR, BIAS_LR, MOMENTUM, WEIGHT_DECAY, GAMMA, POWER = 0.01, 0.02, 0.9, 0.0005, 1e-4, 0.75
 
@@ -80,13 +79,8 @@ def graph_step(model, device):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--data-dir", default="data/mnist")
-    parser.add_argument("--batch-sizes", default="64,256")
-    parser.add_argument("--epochs", type=int, default=3, help="timed epochs; the median is reported")
-    parser.add_argument("--modes", default="eager,graph", help="eager, graph or both")
-    args = parser.parse_args()
-    modes = parse_modes(args.modes)
+    args = reference_parser("64,256").parse_args()
+    todo = runs(args)
 
     device = torch.device("cuda")
     x_train, y_train, x_test, y_test = load_mnist(args.data_dir, device, (-1, 1, 28, 28))
@@ -96,14 +90,12 @@ def main():
     print_header(f"PyTorch {torch.__version__} LeNet, cuDNN {torch.backends.cudnn.version()}, "
                  f"on {torch.cuda.get_device_name(0)}")
 
-    for mode in modes:
-        for batch in [int(b) for b in args.batch_sizes.split(",")]:
-            torch.manual_seed(1)
-            model = lenet().to(device)
-            step = eager_step(model) if mode == "eager" else graph_step(model, device)
-            epoch_s = time_training(step, x_train, y_train, batch, args.epochs, mode)
-            print_row(mode, batch, x_train.shape[0] // batch, epoch_s,
-                      accuracy(model, x_test, y_test))
+    for mode, batch in todo:
+        torch.manual_seed(1)
+        model = lenet().to(device)
+        step = eager_step(model) if mode == "eager" else graph_step(model, device)
+        epoch_s = time_training(step, x_train, y_train, batch, args.epochs, mode)
+        print_row(mode, batch, x_train.shape[0] // batch, epoch_s, accuracy(model, x_test, y_test))
 
 
 if __name__ == "__main__":

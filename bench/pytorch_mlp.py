@@ -11,30 +11,24 @@ epochs.
         --modes eager,graph
     taskset -c 0,1 python3 bench/pytorch_mlp.py --cpu-threads 2 --modes eager   # on 2 cores
 """
-import argparse
-
 import torch
 import torch.nn.functional as F
 
 from mnist_idx import load_mnist
-from torch_training import accuracy, parse_modes, print_header, print_row, time_training
+from torch_training import accuracy, print_header, print_row, reference_parser, runs, time_training
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--data-dir", default="data/mnist")
-    parser.add_argument("--batch-sizes", default="20,64,256")
-    parser.add_argument("--epochs", type=int, default=3, help="timed epochs; the median is reported")
-    parser.add_argument("--modes", default="eager,graph", help="eager, graph or both")
+    parser = reference_parser("20,64,256")
     parser.add_argument("--hidden", type=int, default=512, help="width of the hidden layers")
     parser.add_argument("--cpu-threads", type=int, default=0,
                         help="train on the CPU with this many threads (eager mode only; pin "
                              "the process with taskset to compare with Lamina's Native backend)")
     args = parser.parse_args()
-    modes = parse_modes(args.modes)
+    todo = runs(args)
 
     if args.cpu_threads > 0:
-        if "graph" in modes:
+        if any(mode == "graph" for mode, _ in todo):
             raise SystemExit("--cpu-threads: CUDA graphs are for the GPU; use --modes eager")
         torch.set_num_threads(args.cpu_threads)
         device = torch.device("cpu")
@@ -47,23 +41,21 @@ def main():
     h = args.hidden
     print_header(f"PyTorch {torch.__version__} MLP 784-{h}-{h}-10 on {where}")
 
-    for mode in modes:
-        for batch in [int(b) for b in args.batch_sizes.split(",")]:
-            torch.manual_seed(1)
-            model = torch.nn.Sequential(
-                torch.nn.Linear(784, h), torch.nn.ReLU(),
-                torch.nn.Linear(h, h), torch.nn.ReLU(),
-                torch.nn.Linear(h, 10)).to(device)
-            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    for mode, batch in todo:
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(784, h), torch.nn.ReLU(),
+            torch.nn.Linear(h, h), torch.nn.ReLU(),
+            torch.nn.Linear(h, 10)).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-            def step(x, y):
-                opt.zero_grad(set_to_none=True)
-                F.cross_entropy(model(x), y).backward()
-                opt.step()
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
 
-            epoch_s = time_training(step, x_train, y_train, batch, args.epochs, mode)
-            print_row(mode, batch, x_train.shape[0] // batch, epoch_s,
-                      accuracy(model, x_test, y_test))
+        epoch_s = time_training(step, x_train, y_train, batch, args.epochs, mode)
+        print_row(mode, batch, x_train.shape[0] // batch, epoch_s, accuracy(model, x_test, y_test))
 
 
 if __name__ == "__main__":

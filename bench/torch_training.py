@@ -11,11 +11,28 @@ Lamina's MnistData does.
   capture recipe); each iteration copies the batch's indices into that tensor and replays
   the graph, so the gather, the step and the update are one launch.
 """
+import argparse
 import time
 
 import torch
 
 MODES = ("eager", "graph")
+
+
+def reference_parser(batch_sizes):
+    """The options both reference scripts take; batch_sizes is the default list."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data-dir", default="data/mnist")
+    parser.add_argument("--batch-sizes", default=batch_sizes)
+    parser.add_argument("--epochs", type=int, default=3, help="timed epochs; the median is reported")
+    parser.add_argument("--modes", default="eager,graph", help="eager, graph or both")
+    return parser
+
+
+def runs(args):
+    """(mode, batch) for every mode and batch size the options name, modes outermost."""
+    modes = parse_modes(args.modes)
+    return [(m, int(b)) for m in modes for b in args.batch_sizes.split(",")]
 
 
 def parse_modes(text):

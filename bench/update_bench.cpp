@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = 1;
 
-  std::string gpu;  // --gpu as given; empty: the CPU
+  std::string gpu = "-1";  // --gpu as given; -1: the CPU
   int repeats = 20, params = 320;
   int64_t floats = 25600000;
   CLI::App app{"The fused update over a many-parameter arena against axpby over as many floats"};
@@ -108,30 +108,30 @@ int main(int argc, char** argv) {
 
   try {
     std::unique_ptr<Backend> backend =
-        lamina::make_backend(gpu.empty() ? "cpu" : lamina::backend_spec_from_gpu(gpu));
+        lamina::make_backend(lamina::backend_spec_from_gpu(gpu));
     Backend& be = *backend;
     const std::vector<ParamSegment> segments = make_segments(floats, params);
     const int64_t n = segments.back().offset + padded(segments.back().count);
     int64_t elements = 0;  // the floats the update moves: padding is left alone
     for (const ParamSegment& s : segments) elements += s.count;
 
-    // The layout's tables in backend memory, and the four arenas.
-    const std::vector<int32_t> blocks = lamina::block_segments(segments, n);
-    lamina::Buffer segment_table(be, sizeof(ParamSegment) * segments.size());
-    lamina::Buffer block_table(be, sizeof(int32_t) * blocks.size());
-    be.copy_from_host(segment_table.bytes(), segments.data(), segment_table.get());
-    be.copy_from_host(block_table.bytes(), blocks.data(), block_table.get());
-    const lamina::UpdateLayout layout{n, segment_table.as<ParamSegment>(), params,
-                                      block_table.as<int32_t>()};
-    // The same floats as one parameter.
-    const std::vector<ParamSegment> whole{{0, n, 1.0f, 1.0f}};
-    const std::vector<int32_t> whole_blocks = lamina::block_segments(whole, n);
-    lamina::Buffer whole_table(be, sizeof(ParamSegment)),
-        whole_block_table(be, sizeof(int32_t) * whole_blocks.size());
-    be.copy_from_host(whole_table.bytes(), whole.data(), whole_table.get());
-    be.copy_from_host(whole_block_table.bytes(), whole_blocks.data(), whole_block_table.get());
-    const lamina::UpdateLayout one{n, whole_table.as<ParamSegment>(), 1,
-                                   whole_block_table.as<int32_t>()};
+    // The layout's tables in backend memory (the segments', and the same floats as one
+    // parameter), and the four arenas.
+    struct Tables {
+      lamina::Buffer segments, blocks;
+    };
+    auto upload = [&](const std::vector<ParamSegment>& segs, Tables& t) {
+      const std::vector<int32_t> blocks = lamina::block_segments(segs, n);
+      t.segments = lamina::Buffer(be, sizeof(ParamSegment) * segs.size());
+      t.blocks = lamina::Buffer(be, sizeof(int32_t) * blocks.size());
+      be.copy_from_host(t.segments.bytes(), segs.data(), t.segments.get());
+      be.copy_from_host(t.blocks.bytes(), blocks.data(), t.blocks.get());
+      return lamina::UpdateLayout{n, t.segments.as<ParamSegment>(), int(segs.size()),
+                                  t.blocks.as<int32_t>()};
+    };
+    Tables layout_tables, one_tables;
+    const lamina::UpdateLayout layout = upload(segments, layout_tables);
+    const lamina::UpdateLayout one = upload({{0, n, 1.0f, 1.0f}}, one_tables);
     lamina::Buffer w(be, sizeof(float) * n), g(be, sizeof(float) * n), h(be, sizeof(float) * n),
         h2(be, sizeof(float) * n);
     be.fill(n, 0.5f, w.as<float>());
