@@ -265,6 +265,53 @@ TEST_F(CudaConvOpsTest, ConvolutionAlgorithmsAreSearchedOncePerGeometry) {
   EXPECT_GT(cuda_diagnostics().dnn_handles_created, 0);
 }
 
+// The choices a solver state keeps (Backend::algorithm_choices), taken back by a backend of a
+// later run instead of timing: the geometry then runs the algorithms named, with Native's
+// results. Choices of another device, unknown lines and algorithms cuDNN refuses for the
+// geometry change nothing or are chosen anew.
+TEST_F(CudaConvOpsTest, ConvolutionAlgorithmChoicesAreTakenBack) {
+  if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: convolution runs by im2col";
+  const ConvGeometry g = conv(2, 3, 11, 13, 5, 3, 3, 1, 1);  // no other test's
+  run_conv(*cuda_, g, true);
+  const std::string key = "conv 2 3 11 13 5 3 3 1 1 1 1 1 1 1 11 13 = ";
+  auto algorithms_of_g = [&]() -> std::string {
+    const std::string choices = cuda_->algorithm_choices();
+    const size_t at = choices.find(key);
+    if (at == std::string::npos) return "none in:\n" + choices;
+    return choices.substr(at + key.size(), choices.find('\n', at) - at - key.size());
+  };
+  const std::string chosen = algorithms_of_g();
+  int forward = -1, data = -1, filter = -1;
+  std::istringstream(chosen) >> forward >> data >> filter;
+  ASSERT_GE(forward, 0) << chosen;
+  const std::string heading = cuda_->algorithm_choices().substr(
+      0, cuda_->algorithm_choices().find('\n') + 1);
+  ASSERT_EQ(heading.rfind("algorithms for ", 0), 0u) << heading;
+  auto line = [&](int f) {
+    return key + std::to_string(f) + " " + std::to_string(data) + " " + std::to_string(filter) +
+           "\n";
+  };
+  const int other = forward == 0 ? 1 : 0;  // both implicit GEMMs: any FMA geometry
+
+  cuda_->reuse_algorithm_choices("algorithms for another GPU\n" + line(other));
+  run_conv(*cuda_, g, true);
+  EXPECT_EQ(algorithms_of_g(), chosen) << "choices for another device were taken";
+  cuda_->reuse_algorithm_choices(heading + "something else\n");
+  EXPECT_EQ(algorithms_of_g(), chosen);
+
+  cuda_->reuse_algorithm_choices(heading + line(other));
+  expect_same([&](Backend& be) { return run_conv(be, g, true); });
+  EXPECT_EQ(algorithms_of_g(), std::to_string(other) + " " + std::to_string(data) + " " +
+                                   std::to_string(filter));
+
+  cuda_->reuse_algorithm_choices(heading + line(99));  // no such algorithm
+  expect_same([&](Backend& be) { return run_conv(be, g, true); });
+  int again = -1;
+  std::istringstream(algorithms_of_g()) >> again;
+  EXPECT_GE(again, 0);
+  EXPECT_NE(again, 99);
+}
+
 // ---------------------------------------------------------------------------------------
 // Pooling
 // ---------------------------------------------------------------------------------------

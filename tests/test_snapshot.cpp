@@ -38,6 +38,7 @@
 #include <thread>
 
 #include "../examples/mnist/mnist_model.hpp"
+#include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
 #include "lamina/native_backend.hpp"
 #include "lamina/net.hpp"
@@ -642,19 +643,41 @@ TEST(CudaGraphs, MnistLenet200IterationsReplayedEqualsDirect) {
   expect_replayed_equals_direct("lenet");
 }
 
-// The criterion: the MNIST MLP, 200 iterations straight against 100 + snapshot +
-// resume + 100: bit-identical weights and the same loss at every iteration.
-void expect_mlp_exact_resume(Backend& backend) {
+// A device's convolution choices with every forward algorithm swapped (0 <-> 1, both
+// implicit GEMMs that cuDNN runs for any FMA geometry): as another process's timing might
+// have chosen.
+std::string other_forward_algorithms(const std::string& choices) {
+  std::istringstream in(choices);
+  std::string line, out;
+  while (std::getline(in, line)) {
+    const size_t equals = line.find(" = ");
+    if (line.rfind("conv ", 0) == 0 && equals != std::string::npos) {
+      std::istringstream algos(line.substr(equals + 3));
+      int forward = 0, data = 0, filter = 0;
+      algos >> forward >> data >> filter;
+      line = line.substr(0, equals + 3) + std::to_string(forward == 0 ? 1 : 0) + " " +
+             std::to_string(data) + " " + std::to_string(filter);
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+// The criterion: an MNIST net, 200 iterations straight against 100 + snapshot +
+// resume + 100: bit-identical weights and the same loss at every iteration. With
+// other_process, the device's algorithm choices are changed between the snapshot and the
+// resume, as a new process's timing may choose: the solver state's choices must win.
+void expect_exact_resume(const std::string& model, Backend& backend, bool other_process) {
   mnist::ModelOptions options;
   options.data_dir = testing::mnist_dir();
   if (!fs::exists(options.data_dir + "/train-images-idx3-ubyte") &&
       !fs::exists(options.data_dir + "/train-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "MNIST is not in " << options.data_dir << " (scripts/fetch_mnist.sh)";
-  mnist::Model m = mnist::load_model("mlp", options);
+  mnist::Model m = mnist::load_model(model, options);
   TempDir dir;
   m.solver.set_display(1);
   m.solver.set_average_loss(1);
-  m.solver.set_snapshot_prefix(dir / "mlp");
+  m.solver.set_snapshot_prefix(dir / model);
 
   Solver straight(m.solver, m.net, backend, m.net_path);
   straight.step(200);
@@ -666,19 +689,40 @@ void expect_mlp_exact_resume(Backend& backend) {
     first_half = first.loss_history();
     state = first.snapshot().state;
   }
+  const std::string chosen = backend.algorithm_choices();
+  if (other_process) {
+    const SnapshotFile file = read_snapshot_file(state, SnapshotKind::kSolverState);
+    const SnapshotRecord* kept = file.find("algorithms");
+    ASSERT_NE(kept, nullptr) << "the solver state keeps no algorithm choices";
+    EXPECT_EQ(kept->bytes, chosen);
+    EXPECT_THAT(chosen, HasSubstr("\nconv "));
+    backend.reuse_algorithm_choices(other_forward_algorithms(chosen));
+    ASSERT_NE(backend.algorithm_choices(), chosen) << "the choices did not change";
+  }
   Solver resumed(m.solver, m.net, backend, m.net_path);
   resumed.restore(state);
   resumed.step(100);
+  EXPECT_EQ(backend.algorithm_choices(), chosen) << "the resumed run chose other algorithms";
   EXPECT_EQ(compare_losses(straight.loss_history(), first_half, resumed.loss_history()), "");
   const std::vector<float> a = arena_of(straight.net()), b = arena_of(resumed.net());
   EXPECT_TRUE(same_bits(a, b)) << "the weights after 200 iterations differ";
-  std::printf("MNIST MLP on %s: 200 iterations straight vs 100 + snapshot + resume + 100: "
+  std::printf("MNIST %s on %s: 200 iterations straight vs 100 + snapshot + resume + 100%s: "
               "weights %s, losses %s (last %.7f)\n",
-              backend.name().c_str(), same_bits(a, b) ? "bit-identical" : "DIFFER",
+              model.c_str(), backend.name().c_str(),
+              other_process ? " (other algorithms chosen in between)" : "",
+              same_bits(a, b) ? "bit-identical" : "DIFFER",
               compare_losses(straight.loss_history(), first_half, resumed.loss_history()).empty()
                   ? "identical at all 200 iterations"
                   : "DIFFER",
               straight.loss_history().back().loss);
+}
+
+void expect_mlp_exact_resume(Backend& backend) { expect_exact_resume("mlp", backend, false); }
+
+TEST(ExactResume, MnistLenetCudaTakesTheAlgorithmsOfTheSolverState) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+  if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: nothing is chosen by timing";
+  expect_exact_resume("lenet", *backend, true);
 }
 
 TEST(ExactResume, MnistMlp200IterationsCpu) {

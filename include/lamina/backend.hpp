@@ -338,6 +338,19 @@ class Backend {
   // captured, so run it once first). Host code in ops runs once, now.
   std::unique_ptr<CapturedOps> capture(const std::function<void()>& ops);
 
+  // ---- algorithm choices ----
+  // The algorithms this backend chose by timing them (CUDA: cuDNN's convolution algorithms
+  // per geometry), as text; empty where nothing is timed. Timing may choose differently in
+  // another run, and different algorithms round differently, so a solver state keeps this
+  // and a resumed run passes it to reuse_algorithm_choices: it then runs the same
+  // algorithms and repeats the interrupted run bit for bit.
+  virtual std::string algorithm_choices() const { return {}; }
+  // Takes the algorithms named in `choices` (from algorithm_choices, possibly of another
+  // process) for their shapes instead of timing them, including shapes chosen for already.
+  // Choices made on another kind of device or with other library versions are ignored, with
+  // a log line; so are lines this backend does not recognise.
+  virtual void reuse_algorithm_choices(const std::string& choices) { (void)choices; }
+
  protected:
   virtual void begin_capture();
   // Ends the recording begun by begin_capture; keep false: discard it (ops threw) and

@@ -6,7 +6,8 @@
 // (average_loss floats), loss_sum, loss_sum_count, the optimizer's state arrays as the
 // arena holds them, one record per parameter (history/<param> and, for Adam and AdamW,
 // history2/<param>, shaped as the parameter), and each stateful layer's state
-// (state/train/<layer>, state/test/<layer>).
+// (state/train/<layer>, state/test/<layer>), and algorithms: the backend's algorithm choices
+// (Backend::algorithm_choices; optional, empty on the CPU and in states written before it).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,7 @@ struct SolverState {
   int64_t loss_sum_count = 0;
   std::vector<std::vector<float>> optimizer;  // the arena's state(k), arena layout
   Net::LayerStates train_layers, test_layers;
+  std::string algorithms;  // Backend::algorithm_choices when it was written
 };
 
 // The record prefix of optimizer state array k: "history/", "history2/".

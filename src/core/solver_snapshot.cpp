@@ -152,6 +152,7 @@ SnapshotPaths Solver::snapshot() {
   state.loss_sum_count = loss_sum_count_;
   state.train_layers = net_->layer_states();
   if (test_net_) state.test_layers = test_net_->layer_states();
+  state.algorithms = backend_.algorithm_choices();
 
   const std::string weights_bytes =
       encode_snapshot(SnapshotKind::kWeights, weights, &state.weights_crc32);
@@ -236,6 +237,7 @@ void Solver::restore(const std::string& state_path) {
     }
   }
   arena.from_host(weights, arena.data());
+  backend_.reuse_algorithm_choices(state.algorithms);
   for (int k = 0; k < arena.num_state(); ++k) arena.from_host(state.optimizer[k], arena.state(k));
   backend_.copy_from_host(sizeof(float) * average, state.loss_ring.data(), loss_ring_.get());
   backend_.copy_from_host(sizeof(float), &state.loss_sum, loss_sum_.get());

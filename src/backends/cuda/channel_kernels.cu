@@ -143,6 +143,36 @@ __global__ void channel_reduce_kernel(int64_t outer, int64_t channels, int64_t i
   }
 }
 
+// channel_reduce for few channels with many elements each (a convolution's bias gradient):
+// block (c, part) sums channel c over the images [part * per_part, (part + 1) * per_part)
+// into partial[c * parts + part]; channel_parts_kernel then adds a channel's parts in order.
+__global__ void channel_partial_kernel(int64_t outer, int64_t channels, int64_t inner,
+                                       int64_t per_part, const float* a, const float* b,
+                                       double* partial) {
+  const int64_t c = blockIdx.x, part = blockIdx.y;
+  const int64_t end = min(outer, (part + 1) * per_part);
+  double sum = 0;
+  for (int64_t o = part * per_part; o < end; ++o) {
+    const int64_t base = (o * channels + c) * inner;
+    if (b == nullptr) {
+      LAMINA_THREAD_STRIDE_LOOP(j, inner) sum += a[base + j];
+    } else {
+      LAMINA_THREAD_STRIDE_LOOP(j, inner) sum += static_cast<double>(a[base + j]) * b[base + j];
+    }
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) partial[c * gridDim.y + part] = sum;
+}
+
+__global__ void channel_parts_kernel(int64_t channels, int parts, const double* partial,
+                                     float* out) {
+  LAMINA_GRID_STRIDE_LOOP(c, channels) {
+    double sum = 0;
+    for (int p = 0; p < parts; ++p) sum += partial[c * parts + p];
+    out[c] += static_cast<float>(sum);
+  }
+}
+
 // y = (x - mean[c]) * inv_std[c] over (outer, channels, inner).
 void normalize(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, const float* x,
                const float* mean, const float* inv_std, float* y) {
@@ -216,9 +246,26 @@ void CudaBackend::channel_reduce(int64_t outer, int64_t channels, int64_t inner,
                                  const float* a, const float* b, float* out) {
   const cudaStream_t s = on_device();
   if (channels <= 0 || outer * inner == 0) return;
-  channel_reduce_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels, inner, a,
-                                                                     b, out);
-  LAMINA_CUDA_LAUNCHED(channel_reduce_kernel);
+  // A block per channel keeps the device busy when there are enough channels, or little to
+  // sum; otherwise each channel's images are split among blocks (about two per SM in all).
+  const int64_t sms = context_.sm_count();
+  if (channels >= sms || outer < 2 || outer * inner < 8192) {
+    channel_reduce_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels, inner,
+                                                                       a, b, out);
+    LAMINA_CUDA_LAUNCHED(channel_reduce_kernel);
+    return;
+  }
+  const int64_t wanted = std::min(outer, (2 * sms + channels - 1) / channels);
+  const int64_t per_part = (outer + wanted - 1) / wanted;
+  const int parts = static_cast<int>((outer + per_part - 1) / per_part);
+  auto* partial = static_cast<double*>(context_.workspace(sizeof(double) * channels * parts));
+  const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(parts));
+  channel_partial_kernel<<<grid, row_block(inner), 0, s>>>(outer, channels, inner, per_part, a,
+                                                           b, partial);
+  LAMINA_CUDA_LAUNCHED(channel_partial_kernel);
+  channel_parts_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, parts, partial,
+                                                                     out);
+  LAMINA_CUDA_LAUNCHED(channel_parts_kernel);
 }
 
 }  // namespace lamina::cuda_detail

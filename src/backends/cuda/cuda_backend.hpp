@@ -134,6 +134,8 @@ class CudaBackend final : public Backend {
   void advance_step(const StepSchedule& schedule, StepState* state) override;
 
   bool can_capture() const override { return true; }
+  std::string algorithm_choices() const override;  // algorithm_choices.cpp
+  void reuse_algorithm_choices(const std::string& choices) override;
 
  protected:
   void begin_capture() override;  // cuda_graph.cpp

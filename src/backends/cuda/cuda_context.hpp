@@ -126,6 +126,12 @@ class CudaContext {
 cudnnContext* create_dnn_handle(cudaStream_t stream);  // throws without cuDNN
 std::string dnn_version_string();  // "9.1.0 (compiled against 9.1.0)" or "not built with cuDNN"
 
+// The convolution algorithms chosen on the device, a line per geometry, and the reverse:
+// a line of that text remembered (its geometry takes those algorithms from now on, instead
+// of timing them); false if the line is not one (cudnn_search.cpp).
+std::string conv_choices(CudaContext& context);
+bool reuse_conv_choice(CudaContext& context, const std::string& line);
+
 // Counts one convolution algorithm search in cuda_diagnostics() (cudnn.cpp calls it).
 void count_conv_algorithm_search();
 

@@ -5,28 +5,19 @@
 //
 // Convolution uses cuDNN's legacy convolution API, as every cuDNN 9.x release has it
 // (deprecated in favour of the graph API but present and stable throughout 9.x; cuDNN 8 has
-// it too): tensor, filter and convolution descriptors, cudnnGetConvolution*Algorithm_v7 to
-// choose and cudnnConvolutionForward / BackwardData / BackwardFilter to run.
+// it too): tensor, filter and convolution descriptors, cudnnGetConvolution*Algorithm_v7 and
+// cudnnFindConvolution*AlgorithmEx to choose (cudnn_search.cpp) and cudnnConvolutionForward /
+// BackwardData / BackwardFilter to run.
 //
-// A plan per ConvGeometry, kept in the device's CudaContext (so every backend and net on the
-// device shares it), holds the descriptors and, for each direction, the chosen algorithm and
-// its workspace size. It is made at the geometry's first convolution call, whichever
-// direction that is: all three algorithms are chosen then (one search, counted in
-// cuda_diagnostics().conv_algorithm_searches) and the context's shared workspace grows to the
-// largest of their workspaces. Later calls look the plan up and run.
-//
-// Choosing an algorithm: cuDNN's heuristics (_v7) rank the algorithms for the shape, with
-// the convolution's math restricted to FMA (CUDNN_FMA_MATH: on Ampere and newer
-// CUDNN_DEFAULT_MATH lets float convolutions run in TF32, which is ~1e-3 off the CPU). The
-// first one that is supported, FMA, deterministic (as cuDNN reports and as documented:
-// backward-data algorithm 0 and backward-filter algorithms 0 and 3 add with atomics) and
-// whose workspace fits the limit is taken. Heuristics rather than timing runs: no device
-// memory beyond the workspace, no writes into the caller's arrays (the filter gradient
-// accumulates), and the same choice in every run of the program on the same GPU and
-// cuDNN, so results are reproducible across runs. Only if no deterministic algorithm
-// qualifies is a non-deterministic one taken (with a warning); if none qualifies at all, or
-// the geometry exceeds cuDNN's 32-bit sizes, that direction runs by im2col + cuBLAS
-// (conv_kernels.cu), which is also the whole convolution in builds without cuDNN.
+// A plan per ConvGeometry (cudnn_plan.hpp), kept in the device's CudaContext (so every
+// backend and net on the device shares it), holds the descriptors and, for each direction,
+// the chosen algorithm and its workspace size. It is made at the geometry's first
+// convolution call, whichever direction that is: all three algorithms are chosen then (one
+// search, counted in cuda_diagnostics().conv_algorithm_searches; the fastest deterministic
+// ones by timing, or those a resumed run's solver state names) and the context's shared
+// workspace grows to the largest of their workspaces. Later calls look the plan up and run.
+// A geometry past cuDNN's 32-bit sizes runs by im2col + cuBLAS (conv_kernels.cu), which is
+// also the whole convolution in builds without cuDNN.
 //
 // y and dx are written (cuDNN's beta = 0), dweight accumulates (beta = 1). The bias is added
 // by channel_affine and its gradient accumulated by channel_reduce (one block per channel,
@@ -50,11 +41,10 @@
 #include "lamina/cuda.hpp"
 
 #if defined(LAMINA_WITH_CUDNN)
-#include "backends/cuda/cudnn_check.hpp"
+#include "backends/cuda/cudnn_plan.hpp"
 #endif
 
 namespace lamina::cuda_detail {
-namespace {
 
 // "x (8, 3, 32, 32), weight (16, 3, 3, 3), stride 1x1, pad 1x1, dilation 1x1, groups 1 ->
 // y (8, 16, 32, 32)"
@@ -67,6 +57,8 @@ std::string describe(const ConvGeometry& g) {
       << " -> y (" << g.n << ", " << g.k << ", " << g.out_h << ", " << g.out_w << ")";
   return out.str();
 }
+
+namespace {
 
 int64_t conv_out_size(int64_t in, int64_t pad, int64_t dilation, int64_t kernel,
                       int64_t stride) {
@@ -128,78 +120,12 @@ std::string dnn_version_string() {
 // Convolution
 // ---------------------------------------------------------------------------------------
 
-namespace {
-
-// Owners of cuDNN descriptors.
-class TensorDescriptor {
- public:
-  TensorDescriptor() { LAMINA_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d_)); }
-  ~TensorDescriptor() { cudnnDestroyTensorDescriptor(d_); }
-  TensorDescriptor(const TensorDescriptor&) = delete;
-  TensorDescriptor& operator=(const TensorDescriptor&) = delete;
-  cudnnTensorDescriptor_t get() const { return d_; }
-
- private:
-  cudnnTensorDescriptor_t d_ = nullptr;
-};
-
-class FilterDescriptor {
- public:
-  FilterDescriptor() { LAMINA_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d_)); }
-  ~FilterDescriptor() { cudnnDestroyFilterDescriptor(d_); }
-  FilterDescriptor(const FilterDescriptor&) = delete;
-  FilterDescriptor& operator=(const FilterDescriptor&) = delete;
-  cudnnFilterDescriptor_t get() const { return d_; }
-
- private:
-  cudnnFilterDescriptor_t d_ = nullptr;
-};
-
-class ConvolutionDescriptor {
- public:
-  ConvolutionDescriptor() { LAMINA_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d_)); }
-  ~ConvolutionDescriptor() { cudnnDestroyConvolutionDescriptor(d_); }
-  ConvolutionDescriptor(const ConvolutionDescriptor&) = delete;
-  ConvolutionDescriptor& operator=(const ConvolutionDescriptor&) = delete;
-  cudnnConvolutionDescriptor_t get() const { return d_; }
-
- private:
-  cudnnConvolutionDescriptor_t d_ = nullptr;
-};
-
-// Float convolutions in full FP32 precision. Before cuDNN 8 (no TF32) that was the default.
-#if CUDNN_VERSION >= 8000
-constexpr cudnnMathType_t kMathType = CUDNN_FMA_MATH;
-#else
-constexpr cudnnMathType_t kMathType = CUDNN_DEFAULT_MATH;
-#endif
-
-// Largest workspace one convolution algorithm may ask for; also at most a quarter of the
-// device memory free when the geometry is planned.
-constexpr size_t kMaxAlgorithmWorkspace = size_t{1} << 30;
-
-// One direction's chosen algorithm; algo < 0: none, run by im2col + cuBLAS.
-struct Choice {
-  int algo = -1;
-  size_t workspace = 0;  // bytes
-  bool deterministic = true;
-};
-
-// Descriptors and chosen algorithms of one ConvGeometry.
-// Without descriptors (sizes past cuDNN's ints) every direction runs by im2col.
-struct ConvPlan {
-  std::unique_ptr<TensorDescriptor> x, y;
-  std::unique_ptr<FilterDescriptor> w;
-  std::unique_ptr<ConvolutionDescriptor> conv;
-  Choice forward, backward_data, backward_filter;
-};
-
-using GeometryKey = std::array<int64_t, 16>;
-
-GeometryKey key_of(const ConvGeometry& g) {
-  return {g.n, g.c, g.h, g.w, g.k, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
-          g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w};
+ConvPlans& CudaContext::conv_plans() {
+  std::call_once(conv_plans_once_, [this] { conv_plans_ = new ConvPlans; });
+  return *conv_plans_;
 }
+
+namespace {
 
 // Whether every size cuDNN's legacy API takes as an int, element counts included, fits.
 bool fits_cudnn(const ConvGeometry& g) {
@@ -214,124 +140,6 @@ bool fits_cudnn(const ConvGeometry& g) {
                      [](int64_t v) { return v <= int64_t{INT_MAX}; });
 }
 
-// The algorithms documented as adding with atomics, whatever a perf struct reports.
-bool known_nondeterministic(cudnnConvolutionFwdAlgo_t) { return false; }
-bool known_nondeterministic(cudnnConvolutionBwdDataAlgo_t algo) {
-  return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
-}
-bool known_nondeterministic(cudnnConvolutionBwdFilterAlgo_t algo) {
-  return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
-         algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
-}
-
-// The first of cuDNN's ranked perf results that is supported, FMA math, within the
-// workspace limit and (first pass) deterministic; none: algo -1. workspace_of(algo, &bytes)
-// asks cuDNN for the algorithm's workspace and returns its status.
-template <class Perf, class WorkspaceOf>
-Choice choose(const std::vector<Perf>& ranked, size_t limit, WorkspaceOf workspace_of) {
-  for (const bool need_deterministic : {true, false}) {
-    for (const Perf& perf : ranked) {
-      if (perf.status != CUDNN_STATUS_SUCCESS || perf.mathType != kMathType) continue;
-      const bool deterministic =
-          perf.determinism == CUDNN_DETERMINISTIC && !known_nondeterministic(perf.algo);
-      if (need_deterministic && !deterministic) continue;
-      size_t bytes = 0;
-      if (workspace_of(perf.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
-      if (bytes > limit) continue;
-      return {static_cast<int>(perf.algo), bytes, deterministic};
-    }
-  }
-  return {};
-}
-
-void warn_about(const Choice& choice, const char* direction, const ConvGeometry& g) {
-  if (choice.algo < 0) {
-    LOG(WARNING) << "cuDNN offers no FMA " << direction << " algorithm within the workspace "
-                 << "limit for " << describe(g) << "; using im2col + cuBLAS instead";
-  } else if (!choice.deterministic) {
-    LOG(WARNING) << "cuDNN offers no deterministic " << direction << " algorithm for "
-                 << describe(g) << "; using algorithm " << choice.algo
-                 << ", whose results may differ in the last bits from run to run";
-  }
-}
-
-// Sets the plan's descriptors for g and chooses its three algorithms (cuDNN's heuristics).
-void search(cudnnHandle_t handle, size_t limit, const ConvGeometry& g, ConvPlan& plan) {
-  plan.x = std::make_unique<TensorDescriptor>();
-  plan.y = std::make_unique<TensorDescriptor>();
-  plan.w = std::make_unique<FilterDescriptor>();
-  plan.conv = std::make_unique<ConvolutionDescriptor>();
-  const cudnnTensorDescriptor_t x = plan.x->get(), y = plan.y->get();
-  const cudnnFilterDescriptor_t w = plan.w->get();
-  const cudnnConvolutionDescriptor_t conv = plan.conv->get();
-  const auto i = [](int64_t v) { return static_cast<int>(v); };  // fits_cudnn checked them
-  LAMINA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n),
-                                                i(g.c), i(g.h), i(g.w)));
-  LAMINA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n),
-                                                i(g.k), i(g.out_h), i(g.out_w)));
-  LAMINA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(g.k),
-                                                i(g.c / g.groups), i(g.kh), i(g.kw)));
-  LAMINA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-      conv, i(g.pad_h), i(g.pad_w), i(g.stride_h), i(g.stride_w), i(g.dilation_h),
-      i(g.dilation_w), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  LAMINA_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, i(g.groups)));
-  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, kMathType));
-
-  int on = 0, oc = 0, oh = 0, ow = 0;
-  LAMINA_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &on, &oc, &oh, &ow));
-  CHECK(on == g.n && oc == g.k && oh == g.out_h && ow == g.out_w)
-      << "cuDNN computes the output (" << on << ", " << oc << ", " << oh << ", " << ow
-      << ") for " << describe(g);
-
-  int count = 0, returned = 0;
-  LAMINA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &count));
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> forward(std::max(count, 1));
-  LAMINA_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-      handle, x, w, conv, y, static_cast<int>(forward.size()), &returned, forward.data()));
-  forward.resize(std::clamp(returned, 0, static_cast<int>(forward.size())));
-  plan.forward = choose(forward, limit, [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
-    return cudnnGetConvolutionForwardWorkspaceSize(handle, x, w, conv, y, algo, bytes);
-  });
-  warn_about(plan.forward, "forward", g);
-
-  LAMINA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &count));
-  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data(std::max(count, 1));
-  LAMINA_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-      handle, w, y, conv, x, static_cast<int>(data.size()), &returned, data.data()));
-  data.resize(std::clamp(returned, 0, static_cast<int>(data.size())));
-  plan.backward_data = choose(data, limit, [&](cudnnConvolutionBwdDataAlgo_t algo,
-                                               size_t* bytes) {
-    return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w, y, conv, x, algo, bytes);
-  });
-  warn_about(plan.backward_data, "backward-data", g);
-
-  LAMINA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &count));
-  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter(std::max(count, 1));
-  LAMINA_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-      handle, x, y, conv, w, static_cast<int>(filter.size()), &returned, filter.data()));
-  filter.resize(std::clamp(returned, 0, static_cast<int>(filter.size())));
-  plan.backward_filter = choose(filter, limit, [&](cudnnConvolutionBwdFilterAlgo_t algo,
-                                                   size_t* bytes) {
-    return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x, y, conv, w, algo, bytes);
-  });
-  warn_about(plan.backward_filter, "backward-filter", g);
-}
-
-}  // namespace
-
-// Every plan made on the device, by geometry. Never destroyed, like the context that holds
-// it: destroying descriptors during static destruction would race the runtime's teardown.
-struct ConvPlans {
-  std::map<GeometryKey, std::unique_ptr<ConvPlan>> by_geometry;
-};
-
-ConvPlans& CudaContext::conv_plans() {
-  std::call_once(conv_plans_once_, [this] { conv_plans_ = new ConvPlans; });
-  return *conv_plans_;
-}
-
-namespace {
-
 // The plan of g, made (and its algorithms chosen) on the first call for g.
 const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g) {
   auto& plans = context.conv_plans().by_geometry;
@@ -339,13 +147,16 @@ const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g) {
   const auto found = plans.find(key);
   if (found != plans.end()) return *found->second;
 
+  context.require_not_capturing("choosing a convolution's algorithms");
   auto plan = std::make_unique<ConvPlan>();
   if (fits_cudnn(g)) {
     size_t free_bytes = 0, total_bytes = 0;
     LAMINA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const size_t limit =
         std::max(context.workspace_bytes(), std::min(free_bytes / 4, kMaxAlgorithmWorkspace));
-    search(context.dnn(), limit, g, *plan);
+    const auto remembered = context.conv_plans().remembered.find(key);
+    search(context, limit, g, *plan,
+           remembered == context.conv_plans().remembered.end() ? nullptr : &remembered->second);
     count_conv_algorithm_search();
     // One workspace for the whole net: grown here, once, to what this geometry needs.
     const size_t needed = std::max({plan->forward.workspace, plan->backward_data.workspace,

@@ -1,0 +1,305 @@
+// Choosing a convolution's cuDNN algorithms, once per geometry (cudnn_plan.hpp), and the
+// text form of the choices that a solver state keeps.
+//
+// cuDNN's heuristics (_v7) rank the algorithms for the shape, with the convolution's math
+// restricted to FMA (CUDNN_FMA_MATH: on Ampere and newer CUDNN_DEFAULT_MATH lets float
+// convolutions run in TF32, which is ~1e-3 off the CPU). Then every algorithm is timed on
+// scratch arrays of the geometry's sizes (cudnnFind*AlgorithmEx, with a workspace as large as
+// the largest a ranked algorithm within the limit asks for; the caller's arrays are never
+// written, the filter gradient accumulates into them), and the fastest that is FMA,
+// deterministic (as cuDNN reports and as documented: backward-data algorithm 0 and
+// backward-filter algorithms 0 and 3 add with atomics) and within the workspace limit is
+// taken. If the scratch arrays do not fit in memory the heuristics' order stands. Only if
+// no deterministic algorithm qualifies is a non-deterministic one taken (with a warning); if
+// none qualifies at all, that direction runs by im2col + cuBLAS.
+//
+// Timing can pick different algorithms in two runs, and different algorithms round
+// differently. So that a resumed run repeats the interrupted one bit for bit, the solver
+// state keeps the choices (Backend::algorithm_choices) and the resumed run takes them
+// (reuse_conv_choices) instead of timing again.
+#if defined(LAMINA_WITH_CUDNN)
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/cudnn_plan.hpp"
+
+namespace lamina::cuda_detail {
+namespace {
+
+// The algorithms documented as adding with atomics, whatever a perf struct reports.
+bool known_nondeterministic(cudnnConvolutionFwdAlgo_t) { return false; }
+bool known_nondeterministic(cudnnConvolutionBwdDataAlgo_t algo) {
+  return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+}
+bool known_nondeterministic(cudnnConvolutionBwdFilterAlgo_t algo) {
+  return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
+         algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+}
+
+// The first of cuDNN's ranked perf results that is supported, FMA math, within the
+// workspace limit and (first pass) deterministic; none: algo -1. workspace_of(algo, &bytes)
+// asks cuDNN for the algorithm's workspace and returns its status.
+template <class Perf, class WorkspaceOf>
+Choice choose(const std::vector<Perf>& ranked, size_t limit, WorkspaceOf workspace_of) {
+  for (const bool need_deterministic : {true, false}) {
+    for (const Perf& perf : ranked) {
+      if (perf.status != CUDNN_STATUS_SUCCESS || perf.mathType != kMathType) continue;
+      const bool deterministic =
+          perf.determinism == CUDNN_DETERMINISTIC && !known_nondeterministic(perf.algo);
+      if (need_deterministic && !deterministic) continue;
+      size_t bytes = 0;
+      if (workspace_of(perf.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+      if (bytes > limit) continue;
+      return {static_cast<int>(perf.algo), bytes, deterministic};
+    }
+  }
+  return {};
+}
+
+void warn_about(const Choice& choice, const char* direction, const ConvGeometry& g) {
+  if (choice.algo < 0) {
+    LOG(WARNING) << "cuDNN offers no FMA " << direction << " algorithm within the workspace "
+                 << "limit for " << describe(g) << "; using im2col + cuBLAS instead";
+  } else if (!choice.deterministic) {
+    LOG(WARNING) << "cuDNN offers no deterministic " << direction << " algorithm for "
+                 << describe(g) << "; using algorithm " << choice.algo
+                 << ", whose results may differ in the last bits from run to run";
+  }
+}
+
+// Scratch device arrays to time algorithms on: x (also dx), w (also dw), y (also dy) of a
+// geometry, and a workspace. Their values do not matter. Freed when it goes.
+class ScratchArrays {
+ public:
+  ScratchArrays() = default;
+  ScratchArrays(const ScratchArrays&) = delete;
+  ScratchArrays& operator=(const ScratchArrays&) = delete;
+  ~ScratchArrays() {
+    for (void* p : {x, w, y, workspace})
+      if (p) cudaFree(p);
+  }
+  // False (and nothing held) if the memory is not there.
+  bool allocate(size_t x_bytes, size_t w_bytes, size_t y_bytes, size_t workspace_bytes) {
+    bool ok = cudaMalloc(&x, x_bytes) == cudaSuccess && cudaMalloc(&w, w_bytes) == cudaSuccess &&
+              cudaMalloc(&y, y_bytes) == cudaSuccess &&
+              (workspace_bytes == 0 || cudaMalloc(&workspace, workspace_bytes) == cudaSuccess);
+    if (!ok) {
+      cudaGetLastError();  // clear the allocation error
+      return false;
+    }
+    return true;
+  }
+  void* x = nullptr;
+  void* w = nullptr;
+  void* y = nullptr;
+  void* workspace = nullptr;
+};
+
+// The largest workspace an FMA algorithm of `ranked` asks for, up to limit.
+template <class Perf, class WorkspaceOf>
+size_t largest_workspace(const std::vector<Perf>& ranked, size_t limit, WorkspaceOf workspace_of) {
+  size_t largest = 0;
+  for (const Perf& perf : ranked) {
+    size_t bytes = 0;
+    if (perf.status != CUDNN_STATUS_SUCCESS || perf.mathType != kMathType) continue;
+    if (workspace_of(perf.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > limit) continue;
+    largest = std::max(largest, bytes);
+  }
+  return largest;
+}
+
+// A remembered algorithm as a choice, if cuDNN accepts it for the plan within limit.
+template <class Algo, class WorkspaceOf>
+Choice remembered_choice(int algo, size_t limit, WorkspaceOf workspace_of) {
+  size_t bytes = 0;
+  if (algo < 0 || workspace_of(static_cast<Algo>(algo), &bytes) != CUDNN_STATUS_SUCCESS ||
+      bytes > limit) {
+    return {};
+  }
+  return {algo, bytes, !known_nondeterministic(static_cast<Algo>(algo))};
+}
+
+// cuDNN's ranking (heuristics) of one direction's algorithms, as many as it has.
+template <class Perf, class MaxCount, class Get>
+std::vector<Perf> ranked(MaxCount max_count, Get get) {
+  int count = 0, returned = 0;
+  LAMINA_CUDNN_CHECK(max_count(&count));
+  std::vector<Perf> perfs(std::max(count, 1));
+  LAMINA_CUDNN_CHECK(get(static_cast<int>(perfs.size()), &returned, perfs.data()));
+  perfs.resize(std::clamp(returned, 0, static_cast<int>(perfs.size())));
+  return perfs;
+}
+
+// Replaces `order` by cuDNN's timing of the same algorithms (fastest first), if it succeeds.
+template <class Perf, class Find>
+void time_algorithms(std::vector<Perf>& order, Find find) {
+  std::vector<Perf> timed(std::max<size_t>(order.size(), 1));
+  int returned = 0;
+  if (find(static_cast<int>(timed.size()), &returned, timed.data()) != CUDNN_STATUS_SUCCESS)
+    return;
+  timed.resize(std::clamp(returned, 0, static_cast<int>(timed.size())));
+  order = std::move(timed);
+}
+
+}  // namespace
+
+void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan& plan,
+            const ConvAlgorithms* remembered) {
+  plan.x = std::make_unique<TensorDescriptor>();
+  plan.y = std::make_unique<TensorDescriptor>();
+  plan.w = std::make_unique<FilterDescriptor>();
+  plan.conv = std::make_unique<ConvolutionDescriptor>();
+  const cudnnTensorDescriptor_t x = plan.x->get(), y = plan.y->get();
+  const cudnnFilterDescriptor_t w = plan.w->get();
+  const cudnnConvolutionDescriptor_t conv = plan.conv->get();
+  const auto i = [](int64_t v) { return static_cast<int>(v); };  // fits_cudnn checked them
+  LAMINA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n),
+                                                i(g.c), i(g.h), i(g.w)));
+  LAMINA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n),
+                                                i(g.k), i(g.out_h), i(g.out_w)));
+  LAMINA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(g.k),
+                                                i(g.c / g.groups), i(g.kh), i(g.kw)));
+  LAMINA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      conv, i(g.pad_h), i(g.pad_w), i(g.stride_h), i(g.stride_w), i(g.dilation_h),
+      i(g.dilation_w), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  LAMINA_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, i(g.groups)));
+  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, kMathType));
+
+  int on = 0, oc = 0, oh = 0, ow = 0;
+  LAMINA_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &on, &oc, &oh, &ow));
+  CHECK(on == g.n && oc == g.k && oh == g.out_h && ow == g.out_w)
+      << "cuDNN computes the output (" << on << ", " << oc << ", " << oh << ", " << ow
+      << ") for " << describe(g);
+
+  const cudnnHandle_t handle = context.dnn();
+  auto forward_workspace = [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(handle, x, w, conv, y, algo, bytes);
+  };
+  auto data_workspace = [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w, y, conv, x, algo, bytes);
+  };
+  auto filter_workspace = [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x, y, conv, w, algo, bytes);
+  };
+
+  if (remembered != nullptr) {
+    plan.forward = remembered_choice<cudnnConvolutionFwdAlgo_t>((*remembered)[0], limit,
+                                                                forward_workspace);
+    plan.backward_data = remembered_choice<cudnnConvolutionBwdDataAlgo_t>((*remembered)[1],
+                                                                         limit, data_workspace);
+    plan.backward_filter = remembered_choice<cudnnConvolutionBwdFilterAlgo_t>(
+        (*remembered)[2], limit, filter_workspace);
+    if (plan.forward.algo >= 0 && plan.backward_data.algo >= 0 &&
+        plan.backward_filter.algo >= 0) {
+      return;
+    }
+    LOG(WARNING) << "cuDNN does not accept the solver state's algorithms for convolution "
+                 << describe(g) << "; choosing them anew (results may differ in the last bits "
+                 << "from the interrupted run)";
+  }
+
+  auto forward = ranked<cudnnConvolutionFwdAlgoPerf_t>(
+      [&](int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(handle, n); },
+      [&](int n, int* returned, cudnnConvolutionFwdAlgoPerf_t* perfs) {
+        return cudnnGetConvolutionForwardAlgorithm_v7(handle, x, w, conv, y, n, returned, perfs);
+      });
+  auto data = ranked<cudnnConvolutionBwdDataAlgoPerf_t>(
+      [&](int* n) { return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, n); },
+      [&](int n, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perfs) {
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w, y, conv, x, n, returned,
+                                                           perfs);
+      });
+  auto filter = ranked<cudnnConvolutionBwdFilterAlgoPerf_t>(
+      [&](int* n) { return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, n); },
+      [&](int n, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perfs) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x, y, conv, w, n, returned,
+                                                             perfs);
+      });
+
+  const size_t scratch = std::max({largest_workspace(forward, limit, forward_workspace),
+                                   largest_workspace(data, limit, data_workspace),
+                                   largest_workspace(filter, limit, filter_workspace)});
+  ScratchArrays arrays;
+  const size_t f = sizeof(float);
+  if (arrays.allocate(f * g.n * g.c * g.h * g.w, f * g.k * (g.c / g.groups) * g.kh * g.kw,
+                      f * g.n * g.k * g.out_h * g.out_w, scratch)) {
+    time_algorithms(forward, [&](int n, int* returned, cudnnConvolutionFwdAlgoPerf_t* perfs) {
+      return cudnnFindConvolutionForwardAlgorithmEx(handle, x, arrays.x, w, arrays.w, conv, y,
+                                                    arrays.y, n, returned, perfs,
+                                                    arrays.workspace, scratch);
+    });
+    time_algorithms(data, [&](int n, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perfs) {
+      return cudnnFindConvolutionBackwardDataAlgorithmEx(handle, w, arrays.w, y, arrays.y, conv,
+                                                         x, arrays.x, n, returned, perfs,
+                                                         arrays.workspace, scratch);
+    });
+    time_algorithms(filter, [&](int n, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perfs) {
+      return cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, x, arrays.x, y, arrays.y,
+                                                           conv, w, arrays.w, n, returned,
+                                                           perfs, arrays.workspace, scratch);
+    });
+  } else {
+    LOG(WARNING) << "no device memory to time cuDNN's algorithms for convolution " << describe(g)
+                 << "; taking its heuristics' choice";
+  }
+  plan.forward = choose(forward, limit, forward_workspace);
+  warn_about(plan.forward, "forward", g);
+  plan.backward_data = choose(data, limit, data_workspace);
+  warn_about(plan.backward_data, "backward-data", g);
+  plan.backward_filter = choose(filter, limit, filter_workspace);
+  warn_about(plan.backward_filter, "backward-filter", g);
+}
+
+// "conv n c h w k kh kw stride_h stride_w pad_h pad_w dilation_h dilation_w groups out_h out_w
+// = forward backward-data backward-filter", a line per planned geometry.
+std::string conv_choices(CudaContext& context) {
+  std::ostringstream out;
+  for (const auto& [key, plan] : context.conv_plans().by_geometry) {
+    if (!plan->conv) continue;  // runs by im2col: nothing chosen
+    out << "conv";
+    for (int64_t v : key) out << ' ' << v;
+    out << " = " << plan->forward.algo << ' ' << plan->backward_data.algo << ' '
+        << plan->backward_filter.algo << '\n';
+  }
+  return out.str();
+}
+
+bool reuse_conv_choice(CudaContext& context, const std::string& line) {
+  std::istringstream in(line);
+  std::string word, equals;
+  GeometryKey key{};
+  ConvAlgorithms algorithms{};
+  in >> word;
+  for (int64_t& v : key) in >> v;
+  in >> equals >> algorithms[0] >> algorithms[1] >> algorithms[2];
+  if (!in || word != "conv" || equals != "=" || !(in >> std::ws).eof()) return false;
+  ConvPlans& plans = context.conv_plans();
+  plans.remembered[key] = algorithms;
+  // A plan made already with other algorithms is made again at its next call.
+  const auto made = plans.by_geometry.find(key);
+  if (made != plans.by_geometry.end() && made->second->conv &&
+      ConvAlgorithms{made->second->forward.algo, made->second->backward_data.algo,
+                     made->second->backward_filter.algo} != algorithms) {
+    plans.by_geometry.erase(made);
+  }
+  return true;
+}
+
+}  // namespace lamina::cuda_detail
+
+#else  // !LAMINA_WITH_CUDNN: convolutions run by im2col; nothing is chosen.
+
+#include "backends/cuda/cuda_context.hpp"
+
+namespace lamina::cuda_detail {
+
+std::string conv_choices(CudaContext&) { return {}; }
+bool reuse_conv_choice(CudaContext&, const std::string&) { return false; }
+
+}  // namespace lamina::cuda_detail
+
+#endif  // LAMINA_WITH_CUDNN
