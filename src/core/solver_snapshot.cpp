@@ -238,6 +238,10 @@ void Solver::restore(const std::string& state_path) {
   }
   arena.from_host(weights, arena.data());
   backend_.reuse_algorithm_choices(state.algorithms);
+  // The next step and test run directly before they are recorded again: a plan the choices
+  // replaced is made then, not while recording.
+  step_warm_ = false;
+  test_warm_ = false;
   for (int k = 0; k < arena.num_state(); ++k) arena.from_host(state.optimizer[k], arena.state(k));
   backend_.copy_from_host(sizeof(float) * average, state.loss_ring.data(), loss_ring_.get());
   backend_.copy_from_host(sizeof(float), &state.loss_sum, loss_sum_.get());

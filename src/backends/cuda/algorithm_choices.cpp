@@ -44,9 +44,15 @@ void CudaBackend::reuse_algorithm_choices(const std::string& choices) {
                  << "differ from the interrupted one in the last bits)";
     return;
   }
+  int64_t ignored = 0;
+  std::string first_ignored;
   while (std::getline(in, line)) {
-    if (!reuse_conv_choice(context_, line))
-      LOG(WARNING) << "Ignoring an algorithm choice Lamina does not recognise: '" << line << "'";
+    if (reuse_conv_choice(context_, line)) continue;
+    if (ignored++ == 0) first_ignored = line.substr(0, 200);
+  }
+  if (ignored > 0) {
+    LOG(WARNING) << "Ignoring " << ignored << " algorithm choice line(s) Lamina does not "
+                 << "recognise, the first: '" << first_ignored << "'";
   }
 }
 

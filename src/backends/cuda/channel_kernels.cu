@@ -249,7 +249,7 @@ void CudaBackend::channel_reduce(int64_t outer, int64_t channels, int64_t inner,
   // A block per channel keeps the device busy when there are enough channels, or little to
   // sum; otherwise each channel's images are split among blocks (about two per SM in all).
   const int64_t sms = context_.sm_count();
-  if (channels >= sms || outer < 2 || outer * inner < 8192) {
+  if (channels >= sms || outer < 2 || inner < 32 || outer * inner < 8192) {
     channel_reduce_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels, inner,
                                                                        a, b, out);
     LAMINA_CUDA_LAUNCHED(channel_reduce_kernel);

@@ -22,6 +22,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "backends/cuda/cuda_check.hpp"
@@ -112,15 +113,18 @@ size_t largest_workspace(const std::vector<Perf>& ranked, size_t limit, Workspac
   return largest;
 }
 
-// A remembered algorithm as a choice, if cuDNN accepts it for the plan within limit.
-template <class Algo, class WorkspaceOf>
-Choice remembered_choice(int algo, size_t limit, WorkspaceOf workspace_of) {
+// A remembered algorithm as a choice: -1 (that direction ran by im2col) as it is, an
+// algorithm as one if it is one of cuDNN's and cuDNN accepts it for the plan within limit;
+// nothing otherwise.
+template <class Algo, int kCount, class WorkspaceOf>
+std::optional<Choice> remembered_choice(int algo, size_t limit, WorkspaceOf workspace_of) {
+  if (algo == -1) return Choice{};
   size_t bytes = 0;
-  if (algo < 0 || workspace_of(static_cast<Algo>(algo), &bytes) != CUDNN_STATUS_SUCCESS ||
-      bytes > limit) {
-    return {};
+  if (algo < 0 || algo >= kCount ||
+      workspace_of(static_cast<Algo>(algo), &bytes) != CUDNN_STATUS_SUCCESS || bytes > limit) {
+    return std::nullopt;
   }
-  return {algo, bytes, !known_nondeterministic(static_cast<Algo>(algo))};
+  return Choice{algo, bytes, !known_nondeterministic(static_cast<Algo>(algo))};
 }
 
 // cuDNN's ranking (heuristics) of one direction's algorithms, as many as it has.
@@ -139,8 +143,13 @@ template <class Perf, class Find>
 void time_algorithms(std::vector<Perf>& order, Find find) {
   std::vector<Perf> timed(std::max<size_t>(order.size(), 1));
   int returned = 0;
-  if (find(static_cast<int>(timed.size()), &returned, timed.data()) != CUDNN_STATUS_SUCCESS)
+  const cudnnStatus_t status = find(static_cast<int>(timed.size()), &returned, timed.data());
+  if (status != CUDNN_STATUS_SUCCESS) {
+    cudaGetLastError();  // an error it left is not the next launch's
+    LOG(WARNING) << "timing cuDNN's algorithms failed (" << cudnnGetErrorString(status)
+                 << "); taking its heuristics' order";
     return;
+  }
   timed.resize(std::clamp(returned, 0, static_cast<int>(timed.size())));
   order = std::move(timed);
 }
@@ -186,20 +195,26 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan&
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x, y, conv, w, algo, bytes);
   };
 
+  // The solver state's algorithms, where cuDNN takes them; the others are chosen anew.
+  std::optional<Choice> kept[3];
   if (remembered != nullptr) {
-    plan.forward = remembered_choice<cudnnConvolutionFwdAlgo_t>((*remembered)[0], limit,
-                                                                forward_workspace);
-    plan.backward_data = remembered_choice<cudnnConvolutionBwdDataAlgo_t>((*remembered)[1],
-                                                                         limit, data_workspace);
-    plan.backward_filter = remembered_choice<cudnnConvolutionBwdFilterAlgo_t>(
-        (*remembered)[2], limit, filter_workspace);
-    if (plan.forward.algo >= 0 && plan.backward_data.algo >= 0 &&
-        plan.backward_filter.algo >= 0) {
+    kept[0] = remembered_choice<cudnnConvolutionFwdAlgo_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+        (*remembered)[0], limit, forward_workspace);
+    kept[1] =
+        remembered_choice<cudnnConvolutionBwdDataAlgo_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+            (*remembered)[1], limit, data_workspace);
+    kept[2] = remembered_choice<cudnnConvolutionBwdFilterAlgo_t,
+                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>((*remembered)[2], limit,
+                                                                         filter_workspace);
+    if (kept[0] && kept[1] && kept[2]) {
+      plan.forward = *kept[0];
+      plan.backward_data = *kept[1];
+      plan.backward_filter = *kept[2];
       return;
     }
-    LOG(WARNING) << "cuDNN does not accept the solver state's algorithms for convolution "
-                 << describe(g) << "; choosing them anew (results may differ in the last bits "
-                 << "from the interrupted run)";
+    LOG(WARNING) << "cuDNN does not accept all of the solver state's algorithms for "
+                 << "convolution " << describe(g) << "; the others are chosen anew (results "
+                 << "may differ in the last bits from the interrupted run)";
   }
 
   auto forward = ranked<cudnnConvolutionFwdAlgoPerf_t>(
@@ -246,12 +261,12 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan&
     LOG(WARNING) << "no device memory to time cuDNN's algorithms for convolution " << describe(g)
                  << "; taking its heuristics' choice";
   }
-  plan.forward = choose(forward, limit, forward_workspace);
-  warn_about(plan.forward, "forward", g);
-  plan.backward_data = choose(data, limit, data_workspace);
-  warn_about(plan.backward_data, "backward-data", g);
-  plan.backward_filter = choose(filter, limit, filter_workspace);
-  warn_about(plan.backward_filter, "backward-filter", g);
+  plan.forward = kept[0] ? *kept[0] : choose(forward, limit, forward_workspace);
+  if (!kept[0]) warn_about(plan.forward, "forward", g);
+  plan.backward_data = kept[1] ? *kept[1] : choose(data, limit, data_workspace);
+  if (!kept[1]) warn_about(plan.backward_data, "backward-data", g);
+  plan.backward_filter = kept[2] ? *kept[2] : choose(filter, limit, filter_workspace);
+  if (!kept[2]) warn_about(plan.backward_filter, "backward-filter", g);
 }
 
 // "conv n c h w k kh kw stride_h stride_w pad_h pad_w dilation_h dilation_w groups out_h out_w
