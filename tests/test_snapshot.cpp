@@ -32,6 +32,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -591,16 +592,25 @@ TEST(CudaGraphs, TinyNetReplayedEqualsDirect) {
   }
 }
 
-// The criterion: 200 iterations of the MNIST MLP and LeNet, replayed as CUDA graphs
-// and launched directly, give bit-identical weights and the same displayed losses and tests.
-void expect_replayed_equals_direct(const std::string& model) {
-  LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+// The MNIST model `model` ("mlp", "lenet") reading testing::mnist_dir(); none when MNIST is
+// not there.
+std::optional<mnist::Model> mnist_model(const std::string& model) {
   mnist::ModelOptions options;
   options.data_dir = testing::mnist_dir();
   if (!fs::exists(options.data_dir + "/train-images-idx3-ubyte") &&
       !fs::exists(options.data_dir + "/train-images-idx3-ubyte.gz"))
-    GTEST_SKIP() << "MNIST is not in " << options.data_dir << " (scripts/fetch_mnist.sh)";
-  mnist::Model m = mnist::load_model(model, options);
+    return std::nullopt;
+  return mnist::load_model(model, options);
+}
+
+// The criterion: 200 iterations of the MNIST MLP and LeNet, replayed as CUDA graphs
+// and launched directly, give bit-identical weights and the same displayed losses and tests.
+void expect_replayed_equals_direct(const std::string& model) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+  std::optional<mnist::Model> loaded = mnist_model(model);
+  if (!loaded)
+    GTEST_SKIP() << "MNIST is not in " << testing::mnist_dir() << " (scripts/fetch_mnist.sh)";
+  mnist::Model& m = *loaded;
   m.solver.set_display(50);
   m.solver.set_test_interval(100);
   m.solver.clear_test_iter();
@@ -673,12 +683,10 @@ std::string other_forward_algorithms(const std::string& choices) {
 // other_process, the device's algorithm choices are changed between the snapshot and the
 // resume, as a new process's timing may choose: the solver state's choices must win.
 void expect_exact_resume(const std::string& model, Backend& backend, bool other_process) {
-  mnist::ModelOptions options;
-  options.data_dir = testing::mnist_dir();
-  if (!fs::exists(options.data_dir + "/train-images-idx3-ubyte") &&
-      !fs::exists(options.data_dir + "/train-images-idx3-ubyte.gz"))
-    GTEST_SKIP() << "MNIST is not in " << options.data_dir << " (scripts/fetch_mnist.sh)";
-  mnist::Model m = mnist::load_model(model, options);
+  std::optional<mnist::Model> loaded = mnist_model(model);
+  if (!loaded)
+    GTEST_SKIP() << "MNIST is not in " << testing::mnist_dir() << " (scripts/fetch_mnist.sh)";
+  mnist::Model& m = *loaded;
   TempDir dir;
   m.solver.set_display(1);
   m.solver.set_average_loss(1);
