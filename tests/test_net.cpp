@@ -486,6 +486,7 @@ TEST(NetDag, FanOutOfAnInPlaceLayersOutput) {
   const Mat w = {0.3, -0.6, 0.9, -0.4, 0.2, 0.7};
   const Mat t = {0.5, -0.5, 1.0, 0.0, -1.0, 0.5, 0.2, 0.3};
   param(*net, "ip", 0).copy_data_from_host(to_float(w));
+  EXPECT_FALSE(net->layer(layer_index(*net, "ip")).params()[0].shared);
   net->blob("x").copy_data_from_host(kX);
   net->blob("t").copy_data_from_host(to_float(t));
   net->forward();
@@ -531,6 +532,9 @@ TEST(NetSharedParams, OneArenaEntryWhoseGradientSumsBothUses) {
   EXPECT_EQ(net->arena().count(), 64);
   EXPECT_EQ(param(*net, "l1", 0).data(), param(*net, "l2", 0).data());
   EXPECT_EQ(param(*net, "l1", 0).data(), net->arena().data());
+  // Both uses know: their gradients stay on the main lane (Backend::to_side_lane).
+  EXPECT_TRUE(net->layer(layer_index(*net, "l1")).params()[0].shared);
+  EXPECT_TRUE(net->layer(layer_index(*net, "l2")).params()[0].shared);
 
   const Mat x1 = to_double(kX);
   const Mat x2 = {1.0, 0.5, -0.5, -1.5, 2.0, 0.1, 0.4, -0.3, 0.9, -1.1, 0.6, 0.2};

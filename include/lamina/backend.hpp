@@ -327,6 +327,25 @@ class Backend {
   // state->grad_sumsq, which the caller has written (dot).
   virtual void advance_step(const StepSchedule& schedule, StepState* state) = 0;
 
+  // ---- the side lane: parameter gradients beside the backward pass ----
+  // A backward pass is a chain: each layer's input gradient waits for the one above it. Its
+  // parameter gradients are branches nothing else in the pass reads, so they can run beside
+  // the chain. Between open_side_lane() and close_side_lane() (Net::backward calls them; the
+  // solver too, around a step's forward and backward passes; they nest), operations issued
+  // between to_side_lane() and to_main_lane() (SideLane, below) run after every operation
+  // issued before to_side_lane(), in order among themselves, and beside the operations
+  // issued later on the main lane, which therefore must not write what they read nor touch
+  // what they write. The outermost close_side_lane() makes everything issued after it wait
+  // for the side lane; so do synchronize and copy_to_host. Outside open/close, to_side_lane
+  // does nothing and operations run in the order issued. Only gemm, gemv, axpy, scal, fill,
+  // zero, copy, linear_bias_backward and advance_step may run on the side lane (the CUDA
+  // backend throws for operations that use scratch memory or handles of the main lane).
+  // The Native backend runs everything in order (the calls do nothing).
+  virtual void open_side_lane() {}
+  virtual void close_side_lane() {}
+  virtual void to_side_lane() {}
+  virtual void to_main_lane() {}
+
   // ---- captured steps ----
   // Whether capture() works on this backend (CUDA: graphs). Where it does not, callers run
   // the operations themselves every time.
@@ -358,6 +377,23 @@ class Backend {
   virtual std::unique_ptr<CapturedOps> end_capture(bool keep);
   // Throws the Error of an optional operation this backend does not implement.
   [[noreturn]] void unsupported(Operation op, const char* function) const;
+};
+
+// Operations issued while a SideLane lives go to the backend's side lane (when `beside` is
+// true and a backward pass has opened it); see Backend::to_side_lane.
+class SideLane {
+ public:
+  SideLane(Backend& backend, bool beside) : backend_(beside ? &backend : nullptr) {
+    if (backend_) backend_->to_side_lane();
+  }
+  ~SideLane() {
+    if (backend_) backend_->to_main_lane();
+  }
+  SideLane(const SideLane&) = delete;
+  SideLane& operator=(const SideLane&) = delete;
+
+ private:
+  Backend* backend_;
 };
 
 }  // namespace lamina

@@ -34,6 +34,10 @@ struct LayerContext {
 struct Param {
   std::unique_ptr<Tensor> tensor;  // bound to the arena by the net
   FillerParameter filler;
+  // Set by the net: another layer uses this parameter too (param { name }), so its gradient
+  // is a sum that other layers' operations add to, which must then stay on the main lane
+  // (Backend::to_side_lane).
+  bool shared = false;
 };
 
 class Layer {

@@ -136,8 +136,11 @@ class Solver {
   int64_t step_operations() const { return step_graph_ ? step_graph_->operations() : 0; }
 
  private:
-  // One iteration's operations: forward_backward, advance_step_state, apply_update.
-  void forward_backward();  // zeroes the gradients, then iter_size forward/backward passes
+  // One iteration's operations: forward_backward_advance, apply_update.
+  // Zeroes the gradients, runs iter_size forward/backward passes, then advance_step_state;
+  // with one pass, the zeroing runs beside the forward pass and (without clipping) the
+  // step state's advance beside the backward pass (Backend::to_side_lane).
+  void forward_backward_advance();
   void apply_update();
   // The iteration by replaying the recorded step (recording it first if needed); false when
   // it cannot be replayed now and the caller runs the operations itself.

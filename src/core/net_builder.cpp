@@ -388,6 +388,7 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
     Tensor* tensor;
     const FillerParameter* filler;
     int entry;  // index in table
+    Param* param;
   };
   std::vector<ParamInfo> table;
   std::map<std::string, int> by_name;
@@ -412,7 +413,7 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
                        "layer '", layer.name(), "': shared parameter '", name,
                        "' has lr_mult/decay_mult ", spec.lr_mult(), "/", spec.decay_mult(),
                        " here but ", owner.lr_mult, "/", owner.decay_mult, " where first declared");
-        slots.push_back({param.tensor.get(), &param.filler, found->second});
+        slots.push_back({param.tensor.get(), &param.filler, found->second, &param});
         continue;
       }
       ParamInfo info;
@@ -422,10 +423,13 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
       info.decay_mult = spec.decay_mult();
       info.layer = layer.name();
       by_name[name] = int(table.size());
-      slots.push_back({param.tensor.get(), &param.filler, int(table.size())});
+      slots.push_back({param.tensor.get(), &param.filler, int(table.size()), &param});
       table.push_back(std::move(info));
     }
   }
+  std::vector<int> uses(table.size(), 0);
+  for (const Slot& s : slots) ++uses[s.entry];
+  for (Slot& s : slots) s.param->shared = uses[s.entry] > 1;
 
   if (shared) {
     // View the other net's arena; every parameter must exist there with the same shape.

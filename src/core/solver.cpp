@@ -198,8 +198,7 @@ void Solver::step(int iters) {
     // between the step's passes and its update.
     Net::LayerStates states_before;
     if (check) states_before = net_->layer_states();  // to replay this batch in a diagnosis
-    forward_backward();
-    advance_step_state();
+    forward_backward_advance();
     if (display && n > 0) {
       // weights . gradients is NaN or infinite when any weight or gradient is (x * NaN,
       // inf * 0, inf * x all are); it can also overflow, which check_finite tells apart.
@@ -236,15 +235,32 @@ bool Solver::after_iteration() {
   return false;
 }
 
-void Solver::forward_backward() {
-  net_->arena().zero_diff();
+void Solver::forward_backward_advance() {
   // This iteration's loss (schedule_.loss); advance_step stores it in the ring at the step
   // state's iteration: the same arguments every iteration.
   if (param_.iter_size() == 1) {
+    // The gradients are zeroed on the side lane while the forward pass runs (it touches no
+    // gradient of a parameter), and joined before the backward pass adds to them.
+    backend_.open_side_lane();
+    {
+      SideLane beside(backend_, true);
+      net_->arena().zero_diff();
+    }
     net_->forward();
+    backend_.close_side_lane();
+    // The step state needs only the loss, unless clipping needs the gradients' norm.
+    const bool advance_beside = param_.clip_gradients() <= 0;
+    backend_.open_side_lane();
+    if (advance_beside) {
+      SideLane beside(backend_, true);
+      advance_step_state();
+    }
     net_->backward();
+    backend_.close_side_lane();
+    if (!advance_beside) advance_step_state();
     return;
   }
+  net_->arena().zero_diff();
   float* loss = loss_now_.as<float>();
   backend_.zero(sizeof(float), loss);
   for (int i = 0; i < param_.iter_size(); ++i) {
@@ -252,6 +268,7 @@ void Solver::forward_backward() {
     net_->backward();
     backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), loss);
   }
+  advance_step_state();
 }
 
 void Solver::read_ring() {

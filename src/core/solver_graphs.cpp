@@ -38,8 +38,7 @@ bool Solver::replay_step() {
   if (!graphs_ || !step_warm_) return false;
   return replay(*net_, param_.iter_size(), "the training step", step_graph_,
                 step_graph_generation_, [this] {
-                  forward_backward();
-                  advance_step_state();
+                  forward_backward_advance();
                   apply_update();
                 });
 }

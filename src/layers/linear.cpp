@@ -61,17 +61,23 @@ class LinearLayer : public Layer {
   }
 
   // The net calls backward_params (when a parameter learns) before backward_input; whichever
-  // comes first turns the top gradient into the ReLU's input gradient, in place.
+  // comes first turns the top gradient into the ReLU's input gradient, in place. What only
+  // the parameters' gradients need runs on the side lane, beside the input gradient
+  // (Backend::to_side_lane), unless a parameter is shared with another layer.
   void backward_params(const Tensors& top, const Tensors& bottom) override {
     const float* dy = top[0]->diff();  // (M, N)
-    if (relu_ || bias_term_) {
-      backend_.linear_bias_backward(m_, n_, relu_ ? top[0]->data() : nullptr, dy,
-                                    relu_ ? top[0]->mutable_diff() : nullptr,
-                                    bias_term_ ? params_[1].tensor->mutable_diff() : nullptr);
+    float* db = bias_term_ ? params_[1].tensor->mutable_diff() : nullptr;
+    if (relu_) {
+      backend_.linear_bias_backward(m_, n_, top[0]->data(), dy, top[0]->mutable_diff(), db);
     }
     relu_applied_ = relu_;
-    backend_.gemm(Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy, bottom[0]->data(), 1.0f,
-                  params_[0].tensor->mutable_diff());
+    const float* x = bottom[0]->data();  // (accessors may copy: not on the side lane)
+    float* dw = params_[0].tensor->mutable_diff();
+    bool beside = true;
+    for (const Param& p : params_) beside = beside && !p.shared;
+    SideLane lane(backend_, beside);
+    if (!relu_ && db != nullptr) backend_.linear_bias_backward(m_, n_, nullptr, dy, nullptr, db);
+    backend_.gemm(Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy, x, 1.0f, dw);
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,

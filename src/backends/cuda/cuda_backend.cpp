@@ -62,14 +62,17 @@ void CudaBackend::copy(size_t bytes, const void* src, void* dst) {
 }
 
 void CudaBackend::copy_to_host(size_t bytes, const void* src, void* host_dst) {
+  context_.require_main_lane("a copy to the host");
   const cudaStream_t s = on_device();
   context_.require_not_capturing("a copy to the host");
+  context_.join_side_lane();
   if (bytes == 0) return;
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 void CudaBackend::copy_from_host(size_t bytes, const void* host_src, void* dst) {
+  context_.require_main_lane("a copy from the host");
   on_device();
   context_.upload(bytes, host_src, dst);
 }
@@ -81,8 +84,11 @@ void CudaBackend::zero(size_t bytes, void* p) {
 }
 
 void CudaBackend::synchronize() {
+  context_.require_main_lane("synchronize()");
   context_.require_not_capturing("synchronize()");
-  LAMINA_CUDA_CHECK(cudaStreamSynchronize(on_device()));
+  const cudaStream_t s = on_device();
+  context_.join_side_lane();
+  LAMINA_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 // ---------------------------------------------------------------------------------------

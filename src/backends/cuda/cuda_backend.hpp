@@ -1,5 +1,6 @@
 // CudaBackend: the Backend on one GPU. Memory is device memory; cuBLAS does the BLAS and
-// Lamina's kernels the rest, all on the device context's one stream.
+// Lamina's kernels the rest, all on the device context's stream (parameter gradients on the
+// side lane's stream during a backward pass).
 //
 // Where things are:
 //   cuda_backend.cpp     memory, transfers, cuBLAS calls, make_cuda_backend, device_query
@@ -16,6 +17,7 @@
 //   pooling_kernels.cu, channel_kernels.cu (batch norm, per-channel affine and sums),
 //   eltwise_kernels.cu (copy_rows, eltwise max)
 //   cuda_graph.cpp       capture(): steps recorded into CUDA graphs and replayed
+//   side_lane.cpp        the side lane for parameter gradients (a second stream)
 // Conventions: every launch is checked (LAMINA_CUDA_LAUNCHED); scalars produced on the
 // device (loss, norm, accuracy) stay there; reductions to a scalar use a fixed order (block
 // tree reductions, then one block over the partial results), so they are bit-identical run
@@ -133,6 +135,11 @@ class CudaBackend final : public Backend {
               float* weights, const float* grads, float* history, float* history2) override;
   void advance_step(const StepSchedule& schedule, StepState* state) override;
 
+  void open_side_lane() override;  // side_lane.cpp
+  void close_side_lane() override;
+  void to_side_lane() override;
+  void to_main_lane() override;
+
   bool can_capture() const override { return true; }
   std::string algorithm_choices() const override;  // algorithm_choices.cpp
   void reuse_algorithm_choices(const std::string& choices) override;
@@ -152,10 +159,11 @@ class CudaBackend final : public Backend {
   void im2col_conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
                                    float* dweight);
 
-  // Makes the device current on this thread and returns the stream every operation uses.
+  // Makes the device current on this thread and returns the stream the operation goes to
+  // (the main stream, or the side lane's between to_side_lane and to_main_lane).
   cudaStream_t on_device() const {
     context_.make_current();
-    return context_.stream();
+    return context_.lane_stream();
   }
 
   CudaContext& context_;

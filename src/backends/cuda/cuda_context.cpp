@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/cuda_check.hpp"
@@ -84,17 +85,10 @@ CudaContext::CudaContext(int device) : device_(device) {
     LAMINA_CUDA_CHECK(cudaSetDevice(device));
     LAMINA_CUDA_CHECK(cudaFree(nullptr));  // initialises the device's primary context
     LAMINA_CUDA_CHECK(cudaGetDeviceProperties(&properties_, device));
-    LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    ++g_streams;
-    LAMINA_CUBLAS_CHECK(cublasCreate(&blas_));
-    ++g_blas_handles;
-    LAMINA_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
-    LAMINA_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
-    LAMINA_CUBLAS_CHECK(cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST));
-    LAMINA_CUBLAS_CHECK(cublasSetAtomicsMode(blas_, CUBLAS_ATOMICS_NOT_ALLOWED));
-    blas_workspace_ = allocate(kBlasWorkspaceBytes, "cuBLAS's workspace");
-    g_workspace_bytes += static_cast<int64_t>(kBlasWorkspaceBytes);
-    LAMINA_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
+    create_lane(stream_, blas_, blas_workspace_);
+    create_lane(side_stream_, side_blas_, side_blas_workspace_);
+    LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
     for (StagingSlot& slot : staging_) {
       LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
     }
@@ -105,21 +99,44 @@ CudaContext::CudaContext(int device) : device_(device) {
   ++g_contexts;
 }
 
+void CudaContext::create_lane(cudaStream_t& stream, cublasHandle_t& blas, void*& workspace) {
+  LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ++g_streams;
+  LAMINA_CUBLAS_CHECK(cublasCreate(&blas));
+  ++g_blas_handles;
+  LAMINA_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  LAMINA_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
+  LAMINA_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
+  LAMINA_CUBLAS_CHECK(cublasSetAtomicsMode(blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+  workspace = allocate(kBlasWorkspaceBytes, "cuBLAS's workspace");
+  g_workspace_bytes += static_cast<int64_t>(kBlasWorkspaceBytes);
+  LAMINA_CUBLAS_CHECK(cublasSetWorkspace(blas, workspace, kBlasWorkspaceBytes));
+}
+
 void CudaContext::release() noexcept {
   for (StagingSlot& slot : staging_) {
     if (slot.copied) cudaEventDestroy(slot.copied);
     slot.copied = nullptr;
   }
-  if (blas_) cublasDestroy(blas_);
-  if (blas_workspace_) cudaFree(blas_workspace_);
-  blas_workspace_ = nullptr;
-  blas_ = nullptr;
-  if (stream_) cudaStreamDestroy(stream_);
-  stream_ = nullptr;
+  for (cudaEvent_t* event : {&fork_, &join_}) {
+    if (*event) cudaEventDestroy(*event);
+    *event = nullptr;
+  }
+  for (auto lane : {std::tie(stream_, blas_, blas_workspace_),
+                    std::tie(side_stream_, side_blas_, side_blas_workspace_)}) {
+    auto& [stream, blas, workspace] = lane;
+    if (blas) cublasDestroy(blas);
+    if (workspace) cudaFree(workspace);
+    if (stream) cudaStreamDestroy(stream);
+    blas = nullptr;
+    workspace = nullptr;
+    stream = nullptr;
+  }
   cudaGetLastError();
 }
 
 cudnnContext* CudaContext::dnn() {
+  require_main_lane("a cuDNN operation");
   std::call_once(dnn_once_, [this] {
     make_current();
     dnn_ = create_dnn_handle(stream_);
@@ -160,6 +177,7 @@ void* CudaContext::allocate(size_t bytes, const char* purpose) const {
 }
 
 void* CudaContext::workspace(size_t bytes) {
+  require_main_lane("an operation that uses the workspace");
   if (bytes <= workspace_bytes_) return workspace_;
   require_not_capturing("growing the workspace");
   const size_t grown = std::max({bytes, 2 * workspace_bytes_, size_t{1} << 20});

@@ -5,8 +5,11 @@
 // calls cuCtxCreate) and owns everything a step needs, so nothing is created per call, per
 // layer or per backend:
 //   - one non-blocking stream; every kernel, copy and library call of the device runs on it,
+//     except parameter gradients on the side lane,
 //   - the cuBLAS handle, bound to that stream (default math mode: no TF32, so results match
 //     the CPU),
+//   - the side lane (Backend::open_side_lane, side_lane.cpp): a second stream with its own
+//     cuBLAS handle and workspace, and the two events that order it against the first,
 //   - the cuDNN handle, created on first use by a layer that needs it (builds with cuDNN),
 //   - a growable device workspace for scratch results inside one operation (cuDNN's
 //     convolution workspace included: one buffer for the whole net),
@@ -47,8 +50,11 @@ class CudaContext {
   int device() const { return device_; }
   const cudaDeviceProp& properties() const { return properties_; }
   int sm_count() const { return properties_.multiProcessorCount; }
+  // The main stream: graphs are captured and launched on it, synchronisation waits for it.
   cudaStream_t stream() const { return stream_; }
-  cublasHandle_t blas() const { return blas_; }
+  // The stream and cuBLAS handle of the lane operations go to now (on_side()).
+  cudaStream_t lane_stream() const { return on_side_ ? side_stream_ : stream_; }
+  cublasHandle_t blas() const { return on_side_ ? side_blas_ : blas_; }
   // The cuDNN handle (on stream()), created on the first call; throws in builds without cuDNN.
   cudnnContext* dnn();
 
@@ -61,8 +67,22 @@ class CudaContext {
   void set_capturing(bool on) { capturing_ = on; }
   void require_not_capturing(const char* what) const;
 
+  // The side lane (Backend::open_side_lane; side_lane.cpp). Between open and close (which
+  // nest), to_side sends operations to the side stream after everything issued so far;
+  // to_main sends them back without waiting; the outermost close (and join) make later
+  // main-stream work wait for the side stream. Outside open/close, to_side does nothing.
+  void open_side_lane();
+  void close_side_lane();
+  void to_side_lane();
+  void to_main_lane() { on_side_ = false; }
+  void join_side_lane();  // main waits for the side lane's work issued so far
+  bool on_side() const { return on_side_; }
+  // Throws an Error naming `what` on the side lane: it uses a resource of the main stream's.
+  void require_main_lane(const char* what) const;
+
   // At least bytes of device scratch memory, valid until the next call. Operations on the
   // stream use it one after another, so one buffer serves them all; it grows, never shrinks.
+  // Not on the side lane (require_main_lane).
   void* workspace(size_t bytes);
   size_t workspace_bytes() const { return workspace_bytes_; }
   // How many times the workspace has moved (grown): a recording that uses it holds a stale
@@ -72,9 +92,9 @@ class CudaContext {
   // The fused Linear products' cuBLASLt plans (descriptors and the algorithm chosen) by
   // shape, created on the first call; defined in linear.cpp.
   LinearPlans& linear_plans();
-  // cuBLAS's workspace (fixed at creation), which cuBLASLt calls use too: everything on the
-  // stream runs one operation at a time.
-  void* blas_workspace() const { return blas_workspace_; }
+  // cuBLAS's workspace of the current lane (fixed at creation), which cuBLASLt calls use too:
+  // everything on a stream runs one operation at a time.
+  void* blas_workspace() const { return on_side_ ? side_blas_workspace_ : blas_workspace_; }
   static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
 
   // The convolution plans of this device (cuDNN descriptors and chosen algorithms by
@@ -92,6 +112,8 @@ class CudaContext {
  private:
   explicit CudaContext(int device);
   void release() noexcept;  // undoes a partly finished constructor
+  // A stream with its cuBLAS handle and workspace, set up as every handle of the context is.
+  void create_lane(cudaStream_t& stream, cublasHandle_t& blas, void*& workspace);
 
   // A pinned host buffer and the event recorded after the last copy out of it.
   struct StagingSlot {
@@ -117,6 +139,14 @@ class CudaContext {
   size_t workspace_bytes_ = 0;
   int64_t workspace_moves_ = 0;
   void* blas_workspace_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;
+  cublasHandle_t side_blas_ = nullptr;
+  void* side_blas_workspace_ = nullptr;
+  cudaEvent_t fork_ = nullptr;  // recorded on the main stream, waited for by the side stream
+  cudaEvent_t join_ = nullptr;  // the reverse
+  int side_open_ = 0;           // open_side_lane calls not closed yet
+  bool on_side_ = false;        // operations go to the side stream
+  bool side_pending_ = false;   // the side stream has work the main stream has not waited for
   bool capturing_ = false;
   std::array<StagingSlot, kStagingSlots> staging_{};
   int next_slot_ = 0;

@@ -43,23 +43,35 @@ class CudaGraph final : public CapturedOps {
 }  // namespace
 
 void CudaBackend::begin_capture() {
-  const cudaStream_t s = on_device();
+  context_.require_main_lane("capture()");
+  on_device();
+  const cudaStream_t s = context_.stream();
   LAMINA_REQUIRE(!context_.capturing(), "capture() was called inside another capture");
   LAMINA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   context_.set_capturing(true);
 }
 
 std::unique_ptr<CapturedOps> CudaBackend::end_capture(bool keep) {
+  // The side lane's work merges into the main stream before the capture ends (Net::backward
+  // has joined it already unless the operations threw).
+  context_.to_main_lane();
+  bool joined = true;
+  try {
+    context_.join_side_lane();
+  } catch (const Error&) {
+    joined = false;
+  }
   context_.set_capturing(false);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(context_.stream(), &graph);
-  if (!keep || ended != cudaSuccess) {
+  if (!keep || !joined || ended != cudaSuccess) {
     cudaGetLastError();
     if (graph) cudaGraphDestroy(graph);
     if (!keep) return nullptr;
     fail("the operations could not be captured into a CUDA graph: cudaStreamEndCapture "
-         "returned ", cudaGetErrorName(ended), " (", cudaGetErrorString(ended), "); an "
-         "operation inside waited for the device or used another stream");
+         "returned ", cudaGetErrorName(ended), " (", cudaGetErrorString(ended), ")",
+         joined ? "" : " after the side lane could not be joined", "; an operation inside "
+         "waited for the device or used another stream");
   }
   size_t nodes = 0;
   cudaGraphExec_t exec = nullptr;

@@ -109,6 +109,19 @@ __device__ inline RowSoftmaxStats row_softmax_stats(int64_t cols, const float* x
   return {max, sum};
 }
 
+// The same computed by one warp (lanes stride over the row): for rows of at most 32 values
+// it gives row_softmax_stats' bits (one value per lane, the same butterfly).
+__device__ inline RowSoftmaxStats warp_softmax_stats(int64_t cols, const float* x) {
+  const int64_t lane = threadIdx.x & 31u;
+  float max = -INFINITY;
+  for (int64_t j = lane; j < cols; j += 32) max = fmaxf(max, x[j]);
+  max = warp_max(max);
+  double sum = 0;
+  for (int64_t j = lane; j < cols; j += 32) sum += static_cast<double>(expf(x[j] - max));
+  sum = warp_sum(sum);
+  return {max, sum};
+}
+
 // Labels are class indices stored as floats; the integer part counts, as in the Native
 // backend. Whether a row's label is the ignore label:
 __device__ __forceinline__ bool is_ignored(bool has_ignore_label, int ignore_label, float label) {

@@ -5,8 +5,9 @@
 //
 // A scalar result (loss, norm, accuracy) is written to device memory by a second kernel of
 // one block that sums per-row (or per-block) partial results from the context's workspace in
-// a fixed order, in double; nothing is read back to the host and nothing uses atomics, so
-// results are bit-identical run to run. Backward kernels read dloss[0] and norm[0] from
+// a fixed order, in double (a small batch's softmax cross-entropy does it all in one block,
+// the rows' losses in shared memory); nothing is read back to the host and nothing uses
+// atomics, so results are bit-identical run to run. Backward kernels read dloss[0] and norm[0] from
 // device memory.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
@@ -32,32 +33,45 @@ __device__ float loss_normalizer(Normalization mode, int64_t rows, int64_t valid
 
 // ---- softmax + cross-entropy ----
 
-// prob row r = softmax(x row r); row_loss[r] = -log prob[label], computed as
-// -(x[label] - max - log(sum)), finite where prob underflows; 0 for ignored rows.
+// Row r of a softmax cross-entropy: prob row r = softmax(x row r) with the stats of the row
+// (computed by the calling block or warp), and its loss -log prob[label], computed as
+// -(x[label] - max - log(sum)), finite where prob underflows; 0 for an ignored row. The
+// caller's threads stride over the row from `first` by `stride`.
+__device__ double softmax_cross_entropy_row(int64_t cols, const float* xr, float x_label,
+                                            bool valid, RowSoftmaxStats stats, int64_t first,
+                                            int64_t stride, float* pr) {
+  const float inv_sum = static_cast<float>(1.0 / stats.sum);
+  for (int64_t j = first; j < cols; j += stride) pr[j] = expf(xr[j] - stats.max) * inv_sum;
+  return valid ? -(static_cast<double>(x_label) - stats.max - ::log(stats.sum)) : 0.0;
+}
+
+// The label's score, read before prob may overwrite x; NaN for a label that names no class.
+__device__ float label_score(int64_t cols, const float* xr, float label_value, bool valid) {
+  const int64_t label = class_index(label_value, cols);
+  return label >= 0 ? xr[label] : (valid ? NAN : 0.0f);
+}
+
+// A block per row: prob and row_loss[r].
 __global__ void softmax_cross_entropy_rows_kernel(int64_t rows, int64_t cols, const float* x,
                                                   const float* labels, bool has_ignore_label,
                                                   int ignore_label, float* prob,
                                                   double* row_loss) {
   LAMINA_BLOCK_STRIDE_LOOP(r, rows) {
     const float* xr = x + r * cols;
-    float* pr = prob + r * cols;
-    const int64_t label = class_index(labels[r], cols);
     const bool valid = !is_ignored(has_ignore_label, ignore_label, labels[r]);
-    // Read before prob may overwrite x; NaN for a label that names no class.
-    const float x_label = label >= 0 ? xr[label] : (valid ? NAN : 0.0f);
+    const float x_label = label_score(cols, xr, labels[r], valid);
     const RowSoftmaxStats stats = row_softmax_stats(cols, xr);
-    const float inv_sum = static_cast<float>(1.0 / stats.sum);
-    LAMINA_THREAD_STRIDE_LOOP(j, cols) pr[j] = expf(xr[j] - stats.max) * inv_sum;
-    if (threadIdx.x == 0) {
-      row_loss[r] = valid ? -(static_cast<double>(x_label) - stats.max - ::log(stats.sum)) : 0.0;
-    }
+    const double loss = softmax_cross_entropy_row(cols, xr, x_label, valid, stats, threadIdx.x,
+                                                  blockDim.x, prob + r * cols);
+    if (threadIdx.x == 0) row_loss[r] = loss;
   }
 }
 
-// One block: loss[0] = sum(row_loss) / norm, norm[0] = norm.
-__global__ void finish_loss_kernel(int64_t rows, const double* row_loss, const float* labels,
-                                   bool has_ignore_label, int ignore_label,
-                                   Normalization mode, float* loss, float* norm) {
+// By the whole (one) block: loss[0] = sum(row_loss) / norm, norm[0] = norm, summed in a
+// fixed order.
+__device__ void finish_loss(int64_t rows, const double* row_loss, const float* labels,
+                            bool has_ignore_label, int ignore_label, Normalization mode,
+                            float* loss, float* norm) {
   double total = 0;
   long long valid = 0;
   LAMINA_THREAD_STRIDE_LOOP(r, rows) {
@@ -71,6 +85,35 @@ __global__ void finish_loss_kernel(int64_t rows, const double* row_loss, const f
     loss[0] = static_cast<float>(total / normalizer);
     norm[0] = normalizer;
   }
+}
+
+__global__ void finish_loss_kernel(int64_t rows, const double* row_loss, const float* labels,
+                                   bool has_ignore_label, int ignore_label,
+                                   Normalization mode, float* loss, float* norm) {
+  finish_loss(rows, row_loss, labels, has_ignore_label, ignore_label, mode, loss, norm);
+}
+
+// Small batches in one launch (rows <= kFusedLossRows, rows * cols <= kFusedLossValues): a
+// warp per row, the rows' losses in shared memory, then the block's sum in a fixed order.
+constexpr int64_t kFusedLossRows = 1024, kFusedLossValues = 1 << 16;
+
+__global__ void softmax_cross_entropy_fused_kernel(int64_t rows, int64_t cols, const float* x,
+                                                   const float* labels, bool has_ignore_label,
+                                                   int ignore_label, Normalization mode,
+                                                   float* prob, float* loss, float* norm) {
+  __shared__ double row_loss[kFusedLossRows];
+  const int64_t lane = threadIdx.x & 31u, warps = blockDim.x >> 5;
+  for (int64_t r = threadIdx.x >> 5; r < rows; r += warps) {
+    const float* xr = x + r * cols;
+    const bool valid = !is_ignored(has_ignore_label, ignore_label, labels[r]);
+    const float x_label = label_score(cols, xr, labels[r], valid);
+    const RowSoftmaxStats stats = warp_softmax_stats(cols, xr);
+    const double value =
+        softmax_cross_entropy_row(cols, xr, x_label, valid, stats, lane, 32, prob + r * cols);
+    if (lane == 0) row_loss[r] = value;
+  }
+  __syncthreads();
+  finish_loss(rows, row_loss, labels, has_ignore_label, ignore_label, mode, loss, norm);
 }
 
 // dx = (prob - onehot(label)) * dloss[0] / norm[0]; ignored rows get 0.
@@ -209,6 +252,14 @@ void CudaBackend::softmax_cross_entropy_forward(int64_t rows, int64_t cols, cons
                                                 const LossOptions& options, float* prob,
                                                 float* loss, float* norm) {
   const cudaStream_t s = on_device();
+  if (rows > 0 && cols > 0 && rows <= kFusedLossRows && rows * cols <= kFusedLossValues) {
+    const unsigned threads = static_cast<unsigned>(std::min<int64_t>(rows * 32, 1024));
+    softmax_cross_entropy_fused_kernel<<<1, threads, 0, s>>>(
+        rows, cols, x, labels, options.has_ignore_label, options.ignore_label,
+        options.normalization, prob, loss, norm);
+    LAMINA_CUDA_LAUNCHED(softmax_cross_entropy_fused_kernel);
+    return;
+  }
   double* row_loss = static_cast<double*>(context_.workspace(sizeof(double) * (rows > 0 ? rows : 1)));
   if (rows > 0 && cols > 0) {
     softmax_cross_entropy_rows_kernel<<<row_grid(rows), row_block(cols), 0, s>>>(

@@ -1,0 +1,161 @@
+// The CUDA backend's side lane (Backend::to_side_lane): operations issued there wait for
+// everything issued before, the main lane waits for them after close_side_lane, the lane
+// refuses operations that use the main stream's scratch memory, it does nothing outside a
+// backward pass, and it records into CUDA graphs as a branch and its merge. The training
+// tests (CPU/GPU parity, replayed against direct steps bit for bit) cover its use by Linear.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "lamina/backend.hpp"
+#include "lamina/cuda.hpp"
+#include "lamina/tensor.hpp"
+#include "test_util.hpp"
+
+namespace lamina::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A square product large enough (17 GFLOP) that work issued after it would overtake it
+// were it not ordered: a = ones (n, n), so every element of a a is exactly n.
+constexpr int64_t kN = 2048;
+
+std::vector<float> host_of(Backend& be, const Buffer& buffer, int64_t n) {
+  std::vector<float> values(n);
+  be.copy_to_host(sizeof(float) * n, buffer.get(), values.data());
+  return values;
+}
+
+int64_t count_not_equal(const std::vector<float>& values, float expected) {
+  int64_t wrong = 0;
+  for (float v : values) wrong += v != expected;
+  return wrong;
+}
+
+// a = ones (kN, kN), and c, d of the same size for a a and a copy of it.
+struct Squares {
+  explicit Squares(Backend& backend)
+      : be(backend), a(be, sizeof(float) * kCount), c(be, sizeof(float) * kCount),
+        d(be, sizeof(float) * kCount) {
+    be.fill(kCount, 1.0f, a.as<float>());
+  }
+  void product() {  // c = a a, every element exactly kN
+    be.gemm(Transpose::kNo, Transpose::kNo, kN, kN, kN, 1.0f, a.as<float>(), a.as<float>(),
+            0.0f, c.as<float>());
+  }
+  // Elements of d not kN.
+  int64_t wrong_copies() { return count_not_equal(host_of(be, d, kCount), float(kN)); }
+
+  static constexpr int64_t kCount = kN * kN;
+  Backend& be;
+  Buffer a, c, d;
+};
+
+TEST(CudaSideLane, TheMainLaneWaitsForTheSideLaneAfterClose) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(be);
+  Squares m(*be);
+  for (int round = 0; round < 3; ++round) {
+    be->fill(Squares::kCount, 0.0f, m.c.as<float>());
+    be->synchronize();
+    be->open_side_lane();
+    be->to_side_lane();
+    m.product();
+    be->to_main_lane();
+    be->close_side_lane();
+    be->copy(sizeof(float) * Squares::kCount, m.c.get(), m.d.get());  // must see the product
+    EXPECT_EQ(m.wrong_copies(), 0) << "round " << round;
+  }
+}
+
+TEST(CudaSideLane, TheSideLaneWaitsForWhatWasIssuedBefore) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(be);
+  Squares m(*be);
+  be->fill(Squares::kCount, 0.0f, m.d.as<float>());
+  be->open_side_lane();
+  m.product();  // main lane: a long product into c; then the side lane reads c
+  {
+    SideLane lane(*be, true);
+    be->axpy(Squares::kCount, 1.0f, m.c.as<float>(), m.d.as<float>());
+  }
+  be->close_side_lane();
+  EXPECT_EQ(m.wrong_copies(), 0);
+}
+
+TEST(CudaSideLane, OperationsOfTheMainStreamsResourcesAreRefusedThere) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(be);
+  Buffer x(*be, sizeof(float) * 8), labels(*be, sizeof(float) * 2), out(*be, sizeof(float));
+  be->fill(8, 0.5f, x.as<float>());
+  be->fill(2, 1.0f, labels.as<float>());
+  auto accuracy = [&] {  // sums per-row results in the context's workspace
+    be->accuracy(2, 4, 1, x.as<float>(), labels.as<float>(), LossOptions(), out.as<float>());
+  };
+  be->open_side_lane();
+  {
+    SideLane lane(*be, true);
+    EXPECT_THAT(error_of(accuracy), HasSubstr("side lane"));
+    EXPECT_THAT(error_of([&] { be->synchronize(); }), HasSubstr("side lane"));
+    float host = 0;
+    EXPECT_THAT(error_of([&] { be->copy_to_host(sizeof(float), x.get(), &host); }),
+                HasSubstr("side lane"));
+  }
+  accuracy();  // back on the main lane: all four scores tie, so every row counts as right
+  be->close_side_lane();
+  EXPECT_EQ(host_of(*be, out, 1)[0], 1.0f);
+}
+
+TEST(CudaSideLane, OutsideABackwardPassEverythingStaysOnTheMainLane) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(be);
+  Buffer x(*be, sizeof(float) * 8), labels(*be, sizeof(float) * 2), out(*be, sizeof(float));
+  be->fill(8, 0.5f, x.as<float>());
+  be->fill(2, 1.0f, labels.as<float>());
+  SideLane lane(*be, true);  // not opened: does nothing, so the workspace may be used
+  be->accuracy(2, 4, 1, x.as<float>(), labels.as<float>(), LossOptions(), out.as<float>());
+  EXPECT_EQ(host_of(*be, out, 1)[0], 1.0f);
+}
+
+TEST(CudaSideLane, ABranchAndItsMergeAreCapturedAndReplayed) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(be);
+  const int64_t count = 1000;
+  Buffer x(*be, sizeof(float) * count), y(*be, sizeof(float) * count),
+      z(*be, sizeof(float) * count);
+  be->fill(count, 0.0f, y.as<float>());
+  std::unique_ptr<CapturedOps> ops = be->capture([&] {
+    be->open_side_lane();
+    be->fill(count, 2.0f, x.as<float>());
+    {
+      SideLane lane(*be, true);
+      be->axpy(count, 1.0f, x.as<float>(), y.as<float>());  // y += 2
+    }
+    be->close_side_lane();
+    be->copy(sizeof(float) * count, y.get(), z.get());  // after the merge: sees y
+  });
+  ASSERT_NE(ops, nullptr);
+  EXPECT_EQ(ops->operations(), 3);  // fill, axpy, copy: the fork and join are edges
+  for (int i = 1; i <= 3; ++i) {
+    ops->launch();
+    EXPECT_EQ(count_not_equal(host_of(*be, z, count), 2.0f * i), 0) << "replay " << i;
+  }
+}
+
+TEST(CudaSideLane, OpeningNestsAndMisuseIsNamed) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(be);
+  Squares m(*be);
+  be->open_side_lane();
+  be->open_side_lane();  // a backward pass inside a solver's step
+  be->to_side_lane();
+  EXPECT_THAT(error_of([&] { be->to_side_lane(); }), HasSubstr("side lane already"));
+  EXPECT_THAT(error_of([&] { be->open_side_lane(); }), HasSubstr("on the side lane"));
+  m.product();
+  be->to_main_lane();
+  be->close_side_lane();
+  be->close_side_lane();  // the outermost: joins
+  be->copy(sizeof(float) * Squares::kCount, m.c.get(), m.d.get());
+  EXPECT_EQ(m.wrong_copies(), 0);
+  EXPECT_THAT(error_of([&] { be->close_side_lane(); }), HasSubstr("without open_side_lane"));
+}
+
+}  // namespace
+}  // namespace lamina::testing
