@@ -1,8 +1,9 @@
 // The CUDA backend's side lane (Backend::to_side_lane): operations issued there wait for
-// everything issued before, the main lane waits for them after close_side_lane, the lane
-// refuses operations that use the main stream's scratch memory, it does nothing outside a
-// backward pass, and it records into CUDA graphs as a branch and its merge. The training
-// tests (CPU/GPU parity, replayed against direct steps bit for bit) cover its use by Linear.
+// everything issued before, the main lane waits for them after close_side_lane, the lane has
+// its own scratch memory and refuses host transfers, it does nothing outside a backward
+// pass, and it records into CUDA graphs as a branch and its merge. The training tests
+// (CPU/GPU parity, replayed against direct steps bit for bit) cover its use by Linear and
+// Convolution.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -84,26 +85,31 @@ TEST(CudaSideLane, TheSideLaneWaitsForWhatWasIssuedBefore) {
   EXPECT_EQ(m.wrong_copies(), 0);
 }
 
-TEST(CudaSideLane, OperationsOfTheMainStreamsResourcesAreRefusedThere) {
+TEST(CudaSideLane, ScratchMemoryWorksThereAndHostTransfersAreRefused) {
   LAMINA_CUDA_BACKEND_OR_SKIP(be);
-  Buffer x(*be, sizeof(float) * 8), labels(*be, sizeof(float) * 2), out(*be, sizeof(float));
+  Buffer x(*be, sizeof(float) * 8), labels(*be, sizeof(float) * 2), out(*be, sizeof(float)),
+      main_out(*be, sizeof(float));
   be->fill(8, 0.5f, x.as<float>());
   be->fill(2, 1.0f, labels.as<float>());
-  auto accuracy = [&] {  // sums per-row results in the context's workspace
-    be->accuracy(2, 4, 1, x.as<float>(), labels.as<float>(), LossOptions(), out.as<float>());
+  auto accuracy = [&](float* result) {  // sums per-row results in the lane's workspace
+    be->accuracy(2, 4, 1, x.as<float>(), labels.as<float>(), LossOptions(), result);
   };
   be->open_side_lane();
   {
     SideLane lane(*be, true);
-    EXPECT_THAT(error_of(accuracy), HasSubstr("side lane"));
+    accuracy(out.as<float>());
     EXPECT_THAT(error_of([&] { be->synchronize(); }), HasSubstr("side lane"));
     float host = 0;
     EXPECT_THAT(error_of([&] { be->copy_to_host(sizeof(float), x.get(), &host); }),
                 HasSubstr("side lane"));
+    EXPECT_THAT(error_of([&] { be->copy_from_host(sizeof(float), &host, x.get()); }),
+                HasSubstr("side lane"));
   }
-  accuracy();  // back on the main lane: all four scores tie, so every row counts as right
+  accuracy(main_out.as<float>());  // the main lane's workspace at the same time
   be->close_side_lane();
+  // All four scores tie, so every row counts as right.
   EXPECT_EQ(host_of(*be, out, 1)[0], 1.0f);
+  EXPECT_EQ(host_of(*be, main_out, 1)[0], 1.0f);
 }
 
 TEST(CudaSideLane, OutsideABackwardPassEverythingStaysOnTheMainLane) {
@@ -111,7 +117,7 @@ TEST(CudaSideLane, OutsideABackwardPassEverythingStaysOnTheMainLane) {
   Buffer x(*be, sizeof(float) * 8), labels(*be, sizeof(float) * 2), out(*be, sizeof(float));
   be->fill(8, 0.5f, x.as<float>());
   be->fill(2, 1.0f, labels.as<float>());
-  SideLane lane(*be, true);  // not opened: does nothing, so the workspace may be used
+  SideLane lane(*be, true);  // not opened: does nothing, so host transfers may be made
   be->accuracy(2, 4, 1, x.as<float>(), labels.as<float>(), LossOptions(), out.as<float>());
   EXPECT_EQ(host_of(*be, out, 1)[0], 1.0f);
 }

@@ -543,7 +543,7 @@ TEST(CudaHandles, CreatedOncePerDeviceAcrossRunsAndNets) {
   EXPECT_EQ(end.contexts_created, created.contexts_created);
   EXPECT_EQ(end.streams_created, created.streams_created);
   EXPECT_EQ(end.blas_handles_created, created.blas_handles_created);
-  EXPECT_LE(end.dnn_handles_created, 1);
+  EXPECT_LE(end.dnn_handles_created, 2);
 }
 
 }  // namespace

@@ -337,10 +337,10 @@ class Backend {
   // issued later on the main lane, which therefore must not write what they read nor touch
   // what they write. The outermost close_side_lane() makes everything issued after it wait
   // for the side lane; so do synchronize and copy_to_host. Outside open/close, to_side_lane
-  // does nothing and operations run in the order issued. Only gemm, gemv, axpy, scal, fill,
-  // zero, copy, linear_bias_backward and advance_step may run on the side lane (the CUDA
-  // backend throws for operations that use scratch memory or handles of the main lane).
-  // The Native backend runs everything in order (the calls do nothing).
+  // does nothing and operations run in the order issued. Any operation on backend memory may
+  // run on the side lane; copies to or from the host and synchronize may not (the CUDA
+  // backend throws: they belong to the main lane). The Native backend runs everything in
+  // order (the calls do nothing).
   virtual void open_side_lane() {}
   virtual void close_side_lane() {}
   virtual void to_side_lane() {}

@@ -40,6 +40,13 @@ struct Param {
   bool shared = false;
 };
 
+// Whether any of params is shared with another layer.
+inline bool any_shared(const std::vector<Param>& params) {
+  for (const Param& p : params)
+    if (p.shared) return true;
+  return false;
+}
+
 class Layer {
  public:
   Layer(const LayerParameter& param, const LayerContext& context);

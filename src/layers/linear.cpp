@@ -73,9 +73,7 @@ class LinearLayer : public Layer {
     relu_applied_ = relu_;
     const float* x = bottom[0]->data();  // (accessors may copy: not on the side lane)
     float* dw = params_[0].tensor->mutable_diff();
-    bool beside = true;
-    for (const Param& p : params_) beside = beside && !p.shared;
-    SideLane lane(backend_, beside);
+    SideLane lane(backend_, !any_shared(params_));
     if (!relu_ && db != nullptr) backend_.linear_bias_backward(m_, n_, nullptr, dy, nullptr, db);
     backend_.gemm(Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy, x, 1.0f, dw);
   }

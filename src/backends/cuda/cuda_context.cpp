@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <tuple>
 #include <vector>
 
 #include "backends/cuda/cuda_check.hpp"
@@ -85,8 +84,7 @@ CudaContext::CudaContext(int device) : device_(device) {
     LAMINA_CUDA_CHECK(cudaSetDevice(device));
     LAMINA_CUDA_CHECK(cudaFree(nullptr));  // initialises the device's primary context
     LAMINA_CUDA_CHECK(cudaGetDeviceProperties(&properties_, device));
-    create_lane(stream_, blas_, blas_workspace_);
-    create_lane(side_stream_, side_blas_, side_blas_workspace_);
+    for (Lane& lane : lanes_) create_lane(lane);
     LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
     LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
     for (StagingSlot& slot : staging_) {
@@ -99,18 +97,18 @@ CudaContext::CudaContext(int device) : device_(device) {
   ++g_contexts;
 }
 
-void CudaContext::create_lane(cudaStream_t& stream, cublasHandle_t& blas, void*& workspace) {
-  LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+void CudaContext::create_lane(Lane& lane) {
+  LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
   ++g_streams;
-  LAMINA_CUBLAS_CHECK(cublasCreate(&blas));
+  LAMINA_CUBLAS_CHECK(cublasCreate(&lane.blas));
   ++g_blas_handles;
-  LAMINA_CUBLAS_CHECK(cublasSetStream(blas, stream));
-  LAMINA_CUBLAS_CHECK(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
-  LAMINA_CUBLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
-  LAMINA_CUBLAS_CHECK(cublasSetAtomicsMode(blas, CUBLAS_ATOMICS_NOT_ALLOWED));
-  workspace = allocate(kBlasWorkspaceBytes, "cuBLAS's workspace");
+  LAMINA_CUBLAS_CHECK(cublasSetStream(lane.blas, lane.stream));
+  LAMINA_CUBLAS_CHECK(cublasSetMathMode(lane.blas, CUBLAS_DEFAULT_MATH));
+  LAMINA_CUBLAS_CHECK(cublasSetPointerMode(lane.blas, CUBLAS_POINTER_MODE_HOST));
+  LAMINA_CUBLAS_CHECK(cublasSetAtomicsMode(lane.blas, CUBLAS_ATOMICS_NOT_ALLOWED));
+  lane.blas_workspace = allocate(kBlasWorkspaceBytes, "cuBLAS's workspace");
   g_workspace_bytes += static_cast<int64_t>(kBlasWorkspaceBytes);
-  LAMINA_CUBLAS_CHECK(cublasSetWorkspace(blas, workspace, kBlasWorkspaceBytes));
+  LAMINA_CUBLAS_CHECK(cublasSetWorkspace(lane.blas, lane.blas_workspace, kBlasWorkspaceBytes));
 }
 
 void CudaContext::release() noexcept {
@@ -122,27 +120,24 @@ void CudaContext::release() noexcept {
     if (*event) cudaEventDestroy(*event);
     *event = nullptr;
   }
-  for (auto lane : {std::tie(stream_, blas_, blas_workspace_),
-                    std::tie(side_stream_, side_blas_, side_blas_workspace_)}) {
-    auto& [stream, blas, workspace] = lane;
-    if (blas) cublasDestroy(blas);
-    if (workspace) cudaFree(workspace);
-    if (stream) cudaStreamDestroy(stream);
-    blas = nullptr;
-    workspace = nullptr;
-    stream = nullptr;
+  for (Lane& lane : lanes_) {  // a constructor that failed has made no cuDNN handle yet
+    if (lane.blas) cublasDestroy(lane.blas);
+    if (lane.blas_workspace) cudaFree(lane.blas_workspace);
+    if (lane.stream) cudaStreamDestroy(lane.stream);
+    lane = Lane();
   }
   cudaGetLastError();
 }
 
 cudnnContext* CudaContext::dnn() {
-  require_main_lane("a cuDNN operation");
   std::call_once(dnn_once_, [this] {
     make_current();
-    dnn_ = create_dnn_handle(stream_);
-    ++g_dnn_handles;
+    for (Lane& lane : lanes_) {
+      lane.dnn = create_dnn_handle(lane.stream);
+      ++g_dnn_handles;
+    }
   });
-  return dnn_;
+  return lane().dnn;
 }
 
 void CudaContext::make_current() const {
@@ -177,23 +172,23 @@ void* CudaContext::allocate(size_t bytes, const char* purpose) const {
 }
 
 void* CudaContext::workspace(size_t bytes) {
-  require_main_lane("an operation that uses the workspace");
-  if (bytes <= workspace_bytes_) return workspace_;
+  Lane& lane = lanes_[on_side_ ? 1 : 0];
+  if (bytes <= lane.workspace_bytes) return lane.workspace;
   require_not_capturing("growing the workspace");
-  const size_t grown = std::max({bytes, 2 * workspace_bytes_, size_t{1} << 20});
-  if (workspace_) {
-    // Kernels queued earlier may still use the old buffer.
-    LAMINA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    LAMINA_CUDA_CHECK(cudaFree(workspace_));
-    g_workspace_bytes -= static_cast<int64_t>(workspace_bytes_);
-    workspace_ = nullptr;
-    workspace_bytes_ = 0;
+  const size_t grown = std::max({bytes, 2 * lane.workspace_bytes, size_t{1} << 20});
+  if (lane.workspace) {
+    // Kernels queued earlier on the lane may still use the old buffer.
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(lane.stream));
+    LAMINA_CUDA_CHECK(cudaFree(lane.workspace));
+    g_workspace_bytes -= static_cast<int64_t>(lane.workspace_bytes);
+    lane.workspace = nullptr;
+    lane.workspace_bytes = 0;
   }
-  workspace_ = allocate(grown, "the CUDA backend's workspace");
-  workspace_bytes_ = grown;
+  lane.workspace = allocate(grown, "the CUDA backend's workspace");
+  lane.workspace_bytes = grown;
   ++workspace_moves_;
   g_workspace_bytes += static_cast<int64_t>(grown);
-  return workspace_;
+  return lane.workspace;
 }
 
 void CudaContext::require_not_capturing(const char* what) const {
@@ -208,8 +203,8 @@ void CudaContext::upload(size_t bytes, const void* host_src, void* dst) {
   if (bytes > kMaxStagedBytes) {
     // Large copies (a whole data set, a snapshot) are rare: copy and wait, so host_src may
     // be freed on return whether it is pageable or pinned.
-    LAMINA_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
-    LAMINA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(stream()));
     return;
   }
   StagingSlot& slot = staging_[next_slot_];
@@ -233,8 +228,8 @@ void CudaContext::upload(size_t bytes, const void* host_src, void* dst) {
     g_staging_bytes += static_cast<int64_t>(capacity);
   }
   std::memcpy(slot.host, host_src, bytes);
-  LAMINA_CUDA_CHECK(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, stream_));
-  LAMINA_CUDA_CHECK(cudaEventRecord(slot.copied, stream_));
+  LAMINA_CUDA_CHECK(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, stream()));
+  LAMINA_CUDA_CHECK(cudaEventRecord(slot.copied, stream()));
   slot.pending = true;
 }
 

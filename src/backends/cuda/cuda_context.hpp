@@ -4,20 +4,21 @@
 // exits. It binds to the primary context the CUDA runtime keeps for the device (Lamina never
 // calls cuCtxCreate) and owns everything a step needs, so nothing is created per call, per
 // layer or per backend:
-//   - one non-blocking stream; every kernel, copy and library call of the device runs on it,
-//     except parameter gradients on the side lane,
-//   - the cuBLAS handle, bound to that stream (default math mode: no TF32, so results match
-//     the CPU),
-//   - the side lane (Backend::open_side_lane, side_lane.cpp): a second stream with its own
-//     cuBLAS handle and workspace, and the two events that order it against the first,
-//   - the cuDNN handle, created on first use by a layer that needs it (builds with cuDNN),
-//   - a growable device workspace for scratch results inside one operation (cuDNN's
-//     convolution workspace included: one buffer for the whole net),
+//   - two lanes, each a non-blocking stream with what operations on it need: every kernel,
+//     copy and library call runs on the main lane's stream, except the work a backward pass
+//     sends to the side lane (Backend::open_side_lane, side_lane.cpp), and two events that
+//     order the lanes; a lane has
+//       - a cuBLAS handle bound to its stream (default math mode: no TF32, so results match
+//         the CPU) and cuBLAS's own workspace, fixed at creation (so cuBLAS allocates
+//         nothing later and its calls can be captured into CUDA graphs), shared by the
+//         lane's cuBLASLt calls (linear.cu),
+//       - a cuDNN handle, created (for both lanes) on first use by a layer that needs it
+//         (builds with cuDNN),
+//       - a growable device workspace for scratch results inside one operation (cuDNN's
+//         convolution workspace included: one buffer for the whole net),
 //   - the convolution plans: cuDNN descriptors and the algorithms chosen for each
 //     convolution geometry, searched once per geometry (cudnn.cpp),
 //   - pinned staging buffers that let copy_from_host return without waiting for the device,
-//   - cuBLAS's own workspace, fixed at creation (so cuBLAS allocates nothing later, and its
-//     calls can be captured into CUDA graphs), shared by the cuBLASLt calls of linear.cpp,
 //   - the fused Linear plans: cuBLASLt descriptors and algorithms by shape (linear.cpp),
 //   - whether the stream is being captured (cuda_graph.cpp): operations that would wait for
 //     the device, copy from or to the host, or allocate refuse, naming themselves.
@@ -51,11 +52,12 @@ class CudaContext {
   const cudaDeviceProp& properties() const { return properties_; }
   int sm_count() const { return properties_.multiProcessorCount; }
   // The main stream: graphs are captured and launched on it, synchronisation waits for it.
-  cudaStream_t stream() const { return stream_; }
-  // The stream and cuBLAS handle of the lane operations go to now (on_side()).
-  cudaStream_t lane_stream() const { return on_side_ ? side_stream_ : stream_; }
-  cublasHandle_t blas() const { return on_side_ ? side_blas_ : blas_; }
-  // The cuDNN handle (on stream()), created on the first call; throws in builds without cuDNN.
+  cudaStream_t stream() const { return lanes_[0].stream; }
+  // The stream and handles of the lane operations go to now (on_side()).
+  cudaStream_t lane_stream() const { return lane().stream; }
+  cublasHandle_t blas() const { return lane().blas; }
+  // The lane's cuDNN handle, created (both lanes') on the first call; throws in builds
+  // without cuDNN.
   cudnnContext* dnn();
 
   // Makes this device current on the calling thread (cheap when it already is).
@@ -77,16 +79,16 @@ class CudaContext {
   void to_main_lane() { on_side_ = false; }
   void join_side_lane();  // main waits for the side lane's work issued so far
   bool on_side() const { return on_side_; }
-  // Throws an Error naming `what` on the side lane: it uses a resource of the main stream's.
+  // Throws an Error naming `what` on the side lane: it waits for or copies on the main stream.
   void require_main_lane(const char* what) const;
 
-  // At least bytes of device scratch memory, valid until the next call. Operations on the
-  // stream use it one after another, so one buffer serves them all; it grows, never shrinks.
-  // Not on the side lane (require_main_lane).
+  // At least bytes of the lane's device scratch memory, valid until the next call on the
+  // lane. Operations on a stream use it one after another, so one buffer serves them all; it
+  // grows, never shrinks.
   void* workspace(size_t bytes);
-  size_t workspace_bytes() const { return workspace_bytes_; }
-  // How many times the workspace has moved (grown): a recording that uses it holds a stale
-  // pointer once this changes.
+  size_t workspace_bytes() const { return lane().workspace_bytes; }
+  // How many times a lane's workspace has moved (grown): a recording that uses it holds a
+  // stale pointer once this changes.
   int64_t workspace_moves() const { return workspace_moves_; }
 
   // The fused Linear products' cuBLASLt plans (descriptors and the algorithm chosen) by
@@ -94,7 +96,7 @@ class CudaContext {
   LinearPlans& linear_plans();
   // cuBLAS's workspace of the current lane (fixed at creation), which cuBLASLt calls use too:
   // everything on a stream runs one operation at a time.
-  void* blas_workspace() const { return on_side_ ? side_blas_workspace_ : blas_workspace_; }
+  void* blas_workspace() const { return lane().blas_workspace; }
   static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
 
   // The convolution plans of this device (cuDNN descriptors and chosen algorithms by
@@ -112,8 +114,18 @@ class CudaContext {
  private:
   explicit CudaContext(int device);
   void release() noexcept;  // undoes a partly finished constructor
-  // A stream with its cuBLAS handle and workspace, set up as every handle of the context is.
-  void create_lane(cudaStream_t& stream, cublasHandle_t& blas, void*& workspace);
+  // A stream and what operations on it use.
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+    void* blas_workspace = nullptr;  // kBlasWorkspaceBytes
+    cudnnContext* dnn = nullptr;     // created by dnn()
+    void* workspace = nullptr;       // workspace()
+    size_t workspace_bytes = 0;
+  };
+  const Lane& lane() const { return lanes_[on_side_ ? 1 : 0]; }
+  // Creates the lane's stream and cuBLAS handle and workspace.
+  void create_lane(Lane& lane);
 
   // A pinned host buffer and the event recorded after the last copy out of it.
   struct StagingSlot {
@@ -127,21 +139,13 @@ class CudaContext {
 
   int device_;
   cudaDeviceProp properties_{};
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
+  std::array<Lane, 2> lanes_{};  // main, side
   std::once_flag dnn_once_;
-  cudnnContext* dnn_ = nullptr;
   std::once_flag conv_plans_once_;
   ConvPlans* conv_plans_ = nullptr;  // owned; lives as long as the context (the process)
   std::once_flag linear_plans_once_;
   LinearPlans* linear_plans_ = nullptr;  // the same
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
   int64_t workspace_moves_ = 0;
-  void* blas_workspace_ = nullptr;
-  cudaStream_t side_stream_ = nullptr;
-  cublasHandle_t side_blas_ = nullptr;
-  void* side_blas_workspace_ = nullptr;
   cudaEvent_t fork_ = nullptr;  // recorded on the main stream, waited for by the side stream
   cudaEvent_t join_ = nullptr;  // the reverse
   int side_open_ = 0;           // open_side_lane calls not closed yet

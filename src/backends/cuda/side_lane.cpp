@@ -1,5 +1,5 @@
-// The side lane (Backend::open_side_lane) on CUDA: a second stream, created with the context
-// with its own cuBLAS handle and workspace, ordered against the main stream by two events.
+// The side lane (Backend::open_side_lane) on CUDA: the context's second lane (a stream with
+// its own cuBLAS and cuDNN handles and workspaces), ordered against the main one by two events.
 // Forking records `fork_` on the main stream and makes the side stream wait for it; joining
 // records `join_` on the side stream and makes the main stream wait. Both work the same
 // inside a stream capture, where they become the graph's edges (a branch and its merge), and
@@ -24,8 +24,8 @@ void CudaContext::close_side_lane() {
 void CudaContext::to_side_lane() {
   if (side_open_ == 0) return;
   LAMINA_REQUIRE(!on_side_, "to_side_lane() was called on the side lane already");
-  LAMINA_CUDA_CHECK(cudaEventRecord(fork_, stream_));
-  LAMINA_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_, 0));
+  LAMINA_CUDA_CHECK(cudaEventRecord(fork_, lanes_[0].stream));
+  LAMINA_CUDA_CHECK(cudaStreamWaitEvent(lanes_[1].stream, fork_, 0));
   on_side_ = true;
   side_pending_ = true;
 }
@@ -33,14 +33,14 @@ void CudaContext::to_side_lane() {
 void CudaContext::join_side_lane() {
   if (!side_pending_) return;
   side_pending_ = false;
-  LAMINA_CUDA_CHECK(cudaEventRecord(join_, side_stream_));
-  LAMINA_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
+  LAMINA_CUDA_CHECK(cudaEventRecord(join_, lanes_[1].stream));
+  LAMINA_CUDA_CHECK(cudaStreamWaitEvent(lanes_[0].stream, join_, 0));
 }
 
 void CudaContext::require_main_lane(const char* what) const {
   LAMINA_REQUIRE(!on_side_, what, " cannot run on the side lane (Backend::to_side_lane): it "
-                 "uses scratch memory or a library handle of the main stream; issue it "
-                 "before to_side_lane() or after to_main_lane()");
+                 "waits for the device or copies between host and device; issue it before "
+                 "to_side_lane() or after to_main_lane()");
 }
 
 void CudaBackend::open_side_lane() {
