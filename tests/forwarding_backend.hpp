@@ -120,6 +120,10 @@ class CoreForwardingBackend : public Backend {
   void advance_step(const StepSchedule& schedule, StepState* state) override {
     inner_.advance_step(schedule, state);
   }
+  void open_side_lane() override { inner_.open_side_lane(); }
+  void close_side_lane() override { inner_.close_side_lane(); }
+  void to_side_lane() override { inner_.to_side_lane(); }
+  void to_main_lane() override { inner_.to_main_lane(); }
 
  protected:
   std::unique_ptr<Backend> owned_;  // null when forwarding to a backend given by the caller

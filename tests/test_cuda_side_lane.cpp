@@ -75,6 +75,8 @@ TEST(CudaSideLane, TheSideLaneWaitsForWhatWasIssuedBefore) {
   LAMINA_CUDA_BACKEND_OR_SKIP(be);
   Squares m(*be);
   be->fill(Squares::kCount, 0.0f, m.d.as<float>());
+  be->fill(Squares::kCount, -1.0f, m.c.as<float>());  // not a leftover kN
+  be->synchronize();
   be->open_side_lane();
   m.product();  // main lane: a long product into c; then the side lane reads c
   {
@@ -146,9 +148,33 @@ TEST(CudaSideLane, ABranchAndItsMergeAreCapturedAndReplayed) {
   }
 }
 
+TEST(CudaSideLane, AScopeLeftByAnExceptionClosesTheLane) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(be);
+  Squares m(*be);
+  be->fill(Squares::kCount, -1.0f, m.c.as<float>());
+  try {
+    SideLaneScope lanes(*be);
+    SideLane lane(*be, true);
+    m.product();
+    fail("a layer's error");
+  } catch (const Error&) {
+  }
+  // Closed and joined: a capture may begin, and the main lane sees the product.
+  std::unique_ptr<CapturedOps> ops = be->capture([&] {
+    be->copy(sizeof(float) * Squares::kCount, m.c.get(), m.d.get());
+  });
+  ops->launch();
+  EXPECT_EQ(m.wrong_copies(), 0);
+  be->open_side_lane();
+  EXPECT_THAT(error_of([&] { be->capture([] {}); }), HasSubstr("side lane is open"));
+  be->close_side_lane();
+}
+
 TEST(CudaSideLane, OpeningNestsAndMisuseIsNamed) {
   LAMINA_CUDA_BACKEND_OR_SKIP(be);
   Squares m(*be);
+  be->fill(Squares::kCount, -1.0f, m.c.as<float>());  // not a leftover kN
+  be->synchronize();
   be->open_side_lane();
   be->open_side_lane();  // a backward pass inside a solver's step
   be->to_side_lane();

@@ -379,8 +379,28 @@ class Backend {
   [[noreturn]] void unsupported(Operation op, const char* function) const;
 };
 
+// open_side_lane() for the scope's life: close() closes it (and may throw, like any
+// operation); a scope left by an exception closes it in the destructor, which logs errors
+// rather than throwing them, so the lane is never left open.
+class SideLaneScope {
+ public:
+  explicit SideLaneScope(Backend& backend) : backend_(&backend) { backend.open_side_lane(); }
+  ~SideLaneScope();  // backend.cpp
+  void close() {
+    Backend* backend = backend_;
+    backend_ = nullptr;
+    if (backend) backend->close_side_lane();
+  }
+  SideLaneScope(const SideLaneScope&) = delete;
+  SideLaneScope& operator=(const SideLaneScope&) = delete;
+
+ private:
+  Backend* backend_;
+};
+
 // Operations issued while a SideLane lives go to the backend's side lane (when `beside` is
-// true and a backward pass has opened it); see Backend::to_side_lane.
+// true and a SideLaneScope is open: a backward pass, a solver's step); see
+// Backend::to_side_lane.
 class SideLane {
  public:
   SideLane(Backend& backend, bool beside) : backend_(beside ? &backend : nullptr) {

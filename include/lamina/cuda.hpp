@@ -21,8 +21,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device);
 std::string cuda_device_query();
 
 // What the process has created so far, summed over devices. A training run creates one
-// context, stream and cuBLAS handle per device it uses (and one cuDNN handle, lazily, when a
-// layer first needs cuDNN), however many backends, layers and iterations it runs.
+// context per device it uses, with two streams (the main and the side lane) and a cuBLAS
+// handle for each (and a cuDNN handle for each, lazily, when a layer first needs cuDNN),
+// however many backends, layers and iterations it runs.
 struct CudaDiagnostics {
   int64_t contexts_created = 0;      // CudaContext objects (one per device, on the primary
                                      // context the CUDA runtime keeps for that device)

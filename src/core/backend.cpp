@@ -2,12 +2,22 @@
 // backend.hpp): each throws an Error naming the backend and the operation, so a backend that
 // implements only memory, BLAS and the MLP operations is complete, and a caller that skips the
 // net's supports() check gets a message instead of a crash. And capture(), with the defaults
-// of a backend that cannot capture.
+// of a backend that cannot capture. And SideLaneScope's destructor.
 #include "lamina/backend.hpp"
+
+#include <glog/logging.h>
 
 #include "lamina/common.hpp"
 
 namespace lamina {
+
+SideLaneScope::~SideLaneScope() {
+  try {
+    close();
+  } catch (const Error& e) {
+    LOG(ERROR) << "closing the side lane after an error: " << e.what();
+  }
+}
 
 void Backend::unsupported(Operation op, const char* function) const {
   fail("the ", name(), " backend does not implement ", operation_name(op), " (Backend::",

@@ -35,14 +35,9 @@ void Net::backward() {
   for (const auto& l : loss_blobs_) backend_.fill(1, l.second, blobs_[l.first]->mutable_diff());
   // Layers may compute parameter gradients on the side lane (Backend::open_side_lane); the
   // pass ends with everything joined, so the update and any read see them.
-  backend_.open_side_lane();
-  try {
-    for (int i = num_layers() - 1; i >= 0; --i) backward_layer(i);
-  } catch (...) {
-    backend_.close_side_lane();
-    throw;
-  }
-  backend_.close_side_lane();
+  SideLaneScope lanes(backend_);
+  for (int i = num_layers() - 1; i >= 0; --i) backward_layer(i);
+  lanes.close();
 }
 
 float Net::loss() {

@@ -241,22 +241,37 @@ void Solver::forward_backward_advance() {
   if (param_.iter_size() == 1) {
     // The gradients are zeroed on the side lane while the forward pass runs (it touches no
     // gradient of a parameter), and joined before the backward pass adds to them.
-    backend_.open_side_lane();
+    SideLaneScope forward_lanes(backend_);
     {
       SideLane beside(backend_, true);
       net_->arena().zero_diff();
     }
     net_->forward();
-    backend_.close_side_lane();
-    // The step state needs only the loss, unless clipping needs the gradients' norm.
-    const bool advance_beside = param_.clip_gradients() <= 0;
-    backend_.open_side_lane();
+    forward_lanes.close();
+    // The step state needs only the loss, unless clipping needs the gradients' norm. A
+    // backend without a side lane keeps the plain order.
+    const bool advance_beside = param_.clip_gradients() <= 0 && !backend_.is_host();
+    SideLaneScope backward_lanes(backend_);
     if (advance_beside) {
       SideLane beside(backend_, true);
       advance_step_state();
     }
-    net_->backward();
-    backend_.close_side_lane();
+    try {
+      net_->backward();
+    } catch (...) {
+      // A direct step that fails leaves the step state at this iteration, as if the
+      // advance had not run: joined, then uploaded again (in a recording nothing ran, and
+      // the upload is refused).
+      if (advance_beside) {
+        try {
+          backward_lanes.close();
+          upload_step_state();
+        } catch (const Error&) {
+        }
+      }
+      throw;
+    }
+    backward_lanes.close();
     if (!advance_beside) advance_step_state();
     return;
   }

@@ -91,7 +91,7 @@ class ConvolutionLayer : public Layer {
   // Beside the input gradient, on the side lane (Backend::to_side_lane), unless a parameter
   // is shared with another layer.
   void backward_params(const Tensors& top, const Tensors& bottom) override {
-    const float* x = bottom[0]->data();  // (accessors may copy: not on the side lane)
+    const float* x = bottom[0]->data();  // (accessors check residency: not on the side lane)
     const float* dy = top[0]->diff();
     float* dw = params_[0].tensor->mutable_diff();
     float* db = bias_term_ ? params_[1].tensor->mutable_diff() : nullptr;

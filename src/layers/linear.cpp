@@ -71,7 +71,7 @@ class LinearLayer : public Layer {
       backend_.linear_bias_backward(m_, n_, top[0]->data(), dy, top[0]->mutable_diff(), db);
     }
     relu_applied_ = relu_;
-    const float* x = bottom[0]->data();  // (accessors may copy: not on the side lane)
+    const float* x = bottom[0]->data();  // (accessors check residency: not on the side lane)
     float* dw = params_[0].tensor->mutable_diff();
     SideLane lane(backend_, !any_shared(params_));
     if (!relu_ && db != nullptr) backend_.linear_bias_backward(m_, n_, nullptr, dy, nullptr, db);

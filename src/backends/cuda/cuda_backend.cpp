@@ -35,14 +35,15 @@ void* CudaBackend::allocate(size_t bytes) {
 
 void CudaBackend::deallocate(void* p) noexcept {
   if (p == nullptr) return;
-  // Kernels queued on the stream may still use p; cudaFree waits for the device anyway, and
-  // frees happen only when tensors grow or the net is destroyed.
+  // Kernels queued on either lane may still use p; cudaFree waits for the device anyway,
+  // and frees happen only when tensors grow or the net is destroyed.
   int current = -1;
   cudaError_t status = cudaGetDevice(&current);
   if (status == cudaSuccess && current != context_.device()) {
     status = cudaSetDevice(context_.device());
   }
   if (status == cudaSuccess) status = cudaStreamSynchronize(context_.stream());
+  if (status == cudaSuccess) status = cudaStreamSynchronize(context_.side_stream());
   if (status == cudaSuccess) status = cudaFree(p);
   if (status != cudaSuccess) {
     cudaGetLastError();

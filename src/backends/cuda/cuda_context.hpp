@@ -5,9 +5,9 @@
 // calls cuCtxCreate) and owns everything a step needs, so nothing is created per call, per
 // layer or per backend:
 //   - two lanes, each a non-blocking stream with what operations on it need: every kernel,
-//     copy and library call runs on the main lane's stream, except the work a backward pass
-//     sends to the side lane (Backend::open_side_lane, side_lane.cpp), and two events that
-//     order the lanes; a lane has
+//     copy and library call runs on the main lane's stream, except the work a step sends to
+//     the side lane (parameter gradients, their zeroing, advance_step: Backend::to_side_lane,
+//     side_lane.cpp), and two events that order the lanes; a lane has
 //       - a cuBLAS handle bound to its stream (default math mode: no TF32, so results match
 //         the CPU) and cuBLAS's own workspace, fixed at creation (so cuBLAS allocates
 //         nothing later and its calls can be captured into CUDA graphs), shared by the
@@ -79,6 +79,8 @@ class CudaContext {
   void to_main_lane() { on_side_ = false; }
   void join_side_lane();  // main waits for the side lane's work issued so far
   bool on_side() const { return on_side_; }
+  bool side_lane_open() const { return side_open_ > 0; }
+  cudaStream_t side_stream() const { return lanes_[1].stream; }
   // Throws an Error naming `what` on the side lane: it waits for or copies on the main stream.
   void require_main_lane(const char* what) const;
 

@@ -1,5 +1,6 @@
 // Captured steps on the CUDA backend: Backend::capture records the operations launched on the
-// context's stream into a CUDA graph (stream capture), instantiates it once, and launch()
+// context's main stream, and on the side lane's stream forked from it and joined back (the
+// graph's branches), into a CUDA graph (stream capture), instantiates it once, and launch()
 // replays it with one cudaGraphLaunch. The capture is thread-local: other threads' CUDA calls
 // go on as usual. While it runs, the context refuses operations that cannot be recorded
 // (cuda_context.hpp), so a step that copies, synchronises or allocates inside fails to capture
@@ -25,6 +26,7 @@ class CudaGraph final : public CapturedOps {
   CudaGraph& operator=(const CudaGraph&) = delete;
 
   void launch() override {
+    context_.require_main_lane("launching a captured step");
     LAMINA_REQUIRE(valid(), "a captured step was launched after the workspace it uses moved; "
                    "capture it again (CapturedOps::valid)");
     context_.make_current();
@@ -44,7 +46,10 @@ class CudaGraph final : public CapturedOps {
 
 void CudaBackend::begin_capture() {
   context_.require_main_lane("capture()");
+  LAMINA_REQUIRE(!context_.side_lane_open(), "capture() was called while the side lane is "
+                 "open (Backend::open_side_lane): open it inside the captured operations");
   on_device();
+  context_.join_side_lane();  // earlier side work is ordered before the recording
   const cudaStream_t s = context_.stream();
   LAMINA_REQUIRE(!context_.capturing(), "capture() was called inside another capture");
   LAMINA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -52,8 +57,8 @@ void CudaBackend::begin_capture() {
 }
 
 std::unique_ptr<CapturedOps> CudaBackend::end_capture(bool keep) {
-  // The side lane's work merges into the main stream before the capture ends (Net::backward
-  // has joined it already unless the operations threw).
+  // The side lane's work merges into the main stream before the capture ends (the
+  // outermost SideLaneScope has joined it already, also when the operations threw).
   context_.to_main_lane();
   bool joined = true;
   try {

@@ -93,9 +93,11 @@ __global__ void finish_loss_kernel(int64_t rows, const double* row_loss, const f
   finish_loss(rows, row_loss, labels, has_ignore_label, ignore_label, mode, loss, norm);
 }
 
-// Small batches in one launch (rows <= kFusedLossRows, rows * cols <= kFusedLossValues): a
-// warp per row, the rows' losses in shared memory, then the block's sum in a fixed order.
-constexpr int64_t kFusedLossRows = 1024, kFusedLossValues = 1 << 16;
+// Small batches in one launch (rows <= kFusedLossRows, cols <= kFusedLossCols, rows * cols
+// <= kFusedLossValues): a warp per row, the rows' losses in shared memory, then the block's
+// sum in a fixed order. Rows of at most 32 classes get the bits of the block-per-row kernel;
+// wider rows are summed in another order (the same every run).
+constexpr int64_t kFusedLossRows = 1024, kFusedLossCols = 1024, kFusedLossValues = 1 << 16;
 
 __global__ void softmax_cross_entropy_fused_kernel(int64_t rows, int64_t cols, const float* x,
                                                    const float* labels, bool has_ignore_label,
@@ -108,6 +110,7 @@ __global__ void softmax_cross_entropy_fused_kernel(int64_t rows, int64_t cols, c
     const bool valid = !is_ignored(has_ignore_label, ignore_label, labels[r]);
     const float x_label = label_score(cols, xr, labels[r], valid);
     const RowSoftmaxStats stats = warp_softmax_stats(cols, xr);
+    __syncwarp();  // every lane has read x_label before prob (which may be x) is written
     const double value =
         softmax_cross_entropy_row(cols, xr, x_label, valid, stats, lane, 32, prob + r * cols);
     if (lane == 0) row_loss[r] = value;
@@ -252,7 +255,8 @@ void CudaBackend::softmax_cross_entropy_forward(int64_t rows, int64_t cols, cons
                                                 const LossOptions& options, float* prob,
                                                 float* loss, float* norm) {
   const cudaStream_t s = on_device();
-  if (rows > 0 && cols > 0 && rows <= kFusedLossRows && rows * cols <= kFusedLossValues) {
+  if (rows > 0 && cols > 0 && rows <= kFusedLossRows && cols <= kFusedLossCols &&
+      rows * cols <= kFusedLossValues) {
     const unsigned threads = static_cast<unsigned>(std::min<int64_t>(rows * 32, 1024));
     softmax_cross_entropy_fused_kernel<<<1, threads, 0, s>>>(
         rows, cols, x, labels, options.has_ignore_label, options.ignore_label,
