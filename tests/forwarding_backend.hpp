@@ -120,10 +120,6 @@ class CoreForwardingBackend : public Backend {
   void advance_step(const StepSchedule& schedule, StepState* state) override {
     inner_.advance_step(schedule, state);
   }
-  void open_side_lane() override { inner_.open_side_lane(); }
-  void close_side_lane() override { inner_.close_side_lane(); }
-  void to_side_lane() override { inner_.to_side_lane(); }
-  void to_main_lane() override { inner_.to_main_lane(); }
 
  protected:
   std::unique_ptr<Backend> owned_;  // null when forwarding to a backend given by the caller
@@ -133,6 +129,11 @@ class CoreForwardingBackend : public Backend {
 class ForwardingBackend : public CoreForwardingBackend {
  public:
   using CoreForwardingBackend::CoreForwardingBackend;
+  bool has_side_lane() const override { return inner_.has_side_lane(); }
+  void open_side_lane() override { inner_.open_side_lane(); }
+  void close_side_lane() override { inner_.close_side_lane(); }
+  void to_side_lane() override { inner_.to_side_lane(); }
+  void to_main_lane() override { inner_.to_main_lane(); }
   void conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* b,
                     float* y) override {
     inner_.conv_forward(g, x, w, b, y);

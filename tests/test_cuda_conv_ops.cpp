@@ -29,31 +29,6 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-// count values of type T in a backend's memory, filled from and read back to the host.
-template <class T>
-class Array {
- public:
-  Array(Backend& backend, const std::vector<T>& values)
-      : backend_(&backend), count_(values.size()), buffer_(backend, sizeof(T) * values.size()) {
-    backend.copy_from_host(sizeof(T) * count_, values.data(), buffer_.get());
-  }
-  Array(Backend& backend, size_t count, T value = T())
-      : Array(backend, std::vector<T>(count, value)) {}
-
-  T* get() const { return buffer_.as<T>(); }
-  std::vector<T> host() const {
-    std::vector<T> values(count_);
-    backend_->copy_to_host(sizeof(T) * count_, buffer_.get(), values.data());
-    return values;
-  }
-
- private:
-  Backend* backend_;
-  size_t count_;
-  Buffer buffer_;
-};
-using Floats = Array<float>;
-using Ints = Array<int32_t>;
 
 // One named result of a case; exact results (masks, max values) must match bit for bit.
 struct Output {

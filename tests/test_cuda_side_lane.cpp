@@ -24,12 +24,6 @@ using ::testing::HasSubstr;
 // were it not ordered: a = ones (n, n), so every element of a a is exactly n.
 constexpr int64_t kN = 2048;
 
-std::vector<float> host_of(Backend& be, const Buffer& buffer, int64_t n) {
-  std::vector<float> values(n);
-  be.copy_to_host(sizeof(float) * n, buffer.get(), values.data());
-  return values;
-}
-
 int64_t count_not_equal(const std::vector<float>& values, float expected) {
   int64_t wrong = 0;
   for (float v : values) wrong += v != expected;
@@ -39,27 +33,24 @@ int64_t count_not_equal(const std::vector<float>& values, float expected) {
 // a = ones (kN, kN), and c, d of the same size for a a and a copy of it.
 struct Squares {
   explicit Squares(Backend& backend)
-      : be(backend), a(be, sizeof(float) * kCount), c(be, sizeof(float) * kCount),
-        d(be, sizeof(float) * kCount) {
-    be.fill(kCount, 1.0f, a.as<float>());
-  }
+      : be(backend), a(be, kCount, 1.0f), c(be, kCount), d(be, kCount) {}
   void product() {  // c = a a, every element exactly kN
-    be.gemm(Transpose::kNo, Transpose::kNo, kN, kN, kN, 1.0f, a.as<float>(), a.as<float>(),
-            0.0f, c.as<float>());
+    be.gemm(Transpose::kNo, Transpose::kNo, kN, kN, kN, 1.0f, a.get(), a.get(),
+            0.0f, c.get());
   }
   // Elements of d not kN.
-  int64_t wrong_copies() { return count_not_equal(host_of(be, d, kCount), float(kN)); }
+  int64_t wrong_copies() { return count_not_equal(d.host(), float(kN)); }
 
   static constexpr int64_t kCount = kN * kN;
   Backend& be;
-  Buffer a, c, d;
+  Floats a, c, d;
 };
 
 TEST(CudaSideLane, TheMainLaneWaitsForTheSideLaneAfterClose) {
   LAMINA_CUDA_BACKEND_OR_SKIP(be);
   Squares m(*be);
   for (int round = 0; round < 3; ++round) {
-    be->fill(Squares::kCount, 0.0f, m.c.as<float>());
+    be->fill(Squares::kCount, 0.0f, m.c.get());
     be->synchronize();
     be->open_side_lane();
     be->to_side_lane();
@@ -74,14 +65,14 @@ TEST(CudaSideLane, TheMainLaneWaitsForTheSideLaneAfterClose) {
 TEST(CudaSideLane, TheSideLaneWaitsForWhatWasIssuedBefore) {
   LAMINA_CUDA_BACKEND_OR_SKIP(be);
   Squares m(*be);
-  be->fill(Squares::kCount, 0.0f, m.d.as<float>());
-  be->fill(Squares::kCount, -1.0f, m.c.as<float>());  // not a leftover kN
+  be->fill(Squares::kCount, 0.0f, m.d.get());
+  be->fill(Squares::kCount, -1.0f, m.c.get());  // not a leftover kN
   be->synchronize();
   be->open_side_lane();
   m.product();  // main lane: a long product into c; then the side lane reads c
   {
     SideLane lane(*be, true);
-    be->axpy(Squares::kCount, 1.0f, m.c.as<float>(), m.d.as<float>());
+    be->axpy(Squares::kCount, 1.0f, m.c.get(), m.d.get());
   }
   be->close_side_lane();
   EXPECT_EQ(m.wrong_copies(), 0);
@@ -89,17 +80,16 @@ TEST(CudaSideLane, TheSideLaneWaitsForWhatWasIssuedBefore) {
 
 TEST(CudaSideLane, ScratchMemoryWorksThereAndHostTransfersAreRefused) {
   LAMINA_CUDA_BACKEND_OR_SKIP(be);
-  Buffer x(*be, sizeof(float) * 8), labels(*be, sizeof(float) * 2), out(*be, sizeof(float)),
-      main_out(*be, sizeof(float));
-  be->fill(8, 0.5f, x.as<float>());
-  be->fill(2, 1.0f, labels.as<float>());
+  Floats x(*be, 8), labels(*be, 2), out(*be, 1), main_out(*be, 1);
+  be->fill(8, 0.5f, x.get());
+  be->fill(2, 1.0f, labels.get());
   auto accuracy = [&](float* result) {  // sums per-row results in the lane's workspace
-    be->accuracy(2, 4, 1, x.as<float>(), labels.as<float>(), LossOptions(), result);
+    be->accuracy(2, 4, 1, x.get(), labels.get(), LossOptions(), result);
   };
   be->open_side_lane();
   {
     SideLane lane(*be, true);
-    accuracy(out.as<float>());
+    accuracy(out.get());
     EXPECT_THAT(error_of([&] { be->synchronize(); }), HasSubstr("side lane"));
     float host = 0;
     EXPECT_THAT(error_of([&] { be->copy_to_host(sizeof(float), x.get(), &host); }),
@@ -107,35 +97,34 @@ TEST(CudaSideLane, ScratchMemoryWorksThereAndHostTransfersAreRefused) {
     EXPECT_THAT(error_of([&] { be->copy_from_host(sizeof(float), &host, x.get()); }),
                 HasSubstr("side lane"));
   }
-  accuracy(main_out.as<float>());  // the main lane's workspace at the same time
+  accuracy(main_out.get());  // the main lane's workspace at the same time
   be->close_side_lane();
   // All four scores tie, so every row counts as right.
-  EXPECT_EQ(host_of(*be, out, 1)[0], 1.0f);
-  EXPECT_EQ(host_of(*be, main_out, 1)[0], 1.0f);
+  EXPECT_EQ(out.host()[0], 1.0f);
+  EXPECT_EQ(main_out.host()[0], 1.0f);
 }
 
 TEST(CudaSideLane, OutsideABackwardPassEverythingStaysOnTheMainLane) {
   LAMINA_CUDA_BACKEND_OR_SKIP(be);
-  Buffer x(*be, sizeof(float) * 8), labels(*be, sizeof(float) * 2), out(*be, sizeof(float));
-  be->fill(8, 0.5f, x.as<float>());
-  be->fill(2, 1.0f, labels.as<float>());
+  Floats x(*be, 8), labels(*be, 2), out(*be, 1);
+  be->fill(8, 0.5f, x.get());
+  be->fill(2, 1.0f, labels.get());
   SideLane lane(*be, true);  // not opened: does nothing, so host transfers may be made
-  be->accuracy(2, 4, 1, x.as<float>(), labels.as<float>(), LossOptions(), out.as<float>());
-  EXPECT_EQ(host_of(*be, out, 1)[0], 1.0f);
+  be->accuracy(2, 4, 1, x.get(), labels.get(), LossOptions(), out.get());
+  EXPECT_EQ(out.host()[0], 1.0f);
 }
 
 TEST(CudaSideLane, ABranchAndItsMergeAreCapturedAndReplayed) {
   LAMINA_CUDA_BACKEND_OR_SKIP(be);
   const int64_t count = 1000;
-  Buffer x(*be, sizeof(float) * count), y(*be, sizeof(float) * count),
-      z(*be, sizeof(float) * count);
-  be->fill(count, 0.0f, y.as<float>());
+  Floats x(*be, count), y(*be, count), z(*be, count);
+  be->fill(count, 0.0f, y.get());
   std::unique_ptr<CapturedOps> ops = be->capture([&] {
     be->open_side_lane();
-    be->fill(count, 2.0f, x.as<float>());
+    be->fill(count, 2.0f, x.get());
     {
       SideLane lane(*be, true);
-      be->axpy(count, 1.0f, x.as<float>(), y.as<float>());  // y += 2
+      be->axpy(count, 1.0f, x.get(), y.get());  // y += 2
     }
     be->close_side_lane();
     be->copy(sizeof(float) * count, y.get(), z.get());  // after the merge: sees y
@@ -144,14 +133,14 @@ TEST(CudaSideLane, ABranchAndItsMergeAreCapturedAndReplayed) {
   EXPECT_EQ(ops->operations(), 3);  // fill, axpy, copy: the fork and join are edges
   for (int i = 1; i <= 3; ++i) {
     ops->launch();
-    EXPECT_EQ(count_not_equal(host_of(*be, z, count), 2.0f * i), 0) << "replay " << i;
+    EXPECT_EQ(count_not_equal(z.host(), 2.0f * i), 0) << "replay " << i;
   }
 }
 
 TEST(CudaSideLane, AScopeLeftByAnExceptionClosesTheLane) {
   LAMINA_CUDA_BACKEND_OR_SKIP(be);
   Squares m(*be);
-  be->fill(Squares::kCount, -1.0f, m.c.as<float>());
+  be->fill(Squares::kCount, -1.0f, m.c.get());
   try {
     SideLaneScope lanes(*be);
     SideLane lane(*be, true);
@@ -173,7 +162,7 @@ TEST(CudaSideLane, AScopeLeftByAnExceptionClosesTheLane) {
 TEST(CudaSideLane, OpeningNestsAndMisuseIsNamed) {
   LAMINA_CUDA_BACKEND_OR_SKIP(be);
   Squares m(*be);
-  be->fill(Squares::kCount, -1.0f, m.c.as<float>());  // not a leftover kN
+  be->fill(Squares::kCount, -1.0f, m.c.get());  // not a leftover kN
   be->synchronize();
   be->open_side_lane();
   be->open_side_lane();  // a backward pass inside a solver's step

@@ -20,8 +20,36 @@
 #include "lamina/common.hpp"
 #include "lamina/cuda.hpp"
 #include "lamina/native_backend.hpp"
+#include "lamina/tensor.hpp"
 
 namespace lamina::testing {
+
+// count values of type T in a backend's memory, filled from and read back to the host.
+template <class T>
+class Array {
+ public:
+  Array(Backend& backend, const std::vector<T>& values)
+      : backend_(&backend), count_(values.size()), buffer_(backend, sizeof(T) * values.size()) {
+    backend.copy_from_host(sizeof(T) * count_, values.data(), buffer_.get());
+  }
+  Array(Backend& backend, size_t count, T value = T())
+      : Array(backend, std::vector<T>(count, value)) {}
+
+  T* get() const { return buffer_.as<T>(); }
+  size_t count() const { return count_; }
+  std::vector<T> host() const {
+    std::vector<T> values(count_);
+    backend_->copy_to_host(sizeof(T) * count_, buffer_.get(), values.data());
+    return values;
+  }
+
+ private:
+  Backend* backend_;
+  size_t count_;
+  Buffer buffer_;
+};
+using Floats = Array<float>;
+using Ints = Array<int32_t>;
 
 inline std::vector<float> random_values(int64_t n, uint64_t seed, float lo = -1, float hi = 1) {
   std::mt19937_64 rng(seed);

@@ -341,6 +341,7 @@ class Backend {
   // run on the side lane; copies to or from the host and synchronize may not (the CUDA
   // backend throws: they belong to the main lane). The Native backend runs everything in
   // order (the calls do nothing).
+  virtual bool has_side_lane() const { return false; }  // the calls below do something
   virtual void open_side_lane() {}
   virtual void close_side_lane() {}
   virtual void to_side_lane() {}

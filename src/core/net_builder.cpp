@@ -385,10 +385,8 @@ void Net::infer_backward() {
 //    from the same weights, and the arena is uploaded once.
 void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
   struct Slot {
-    Tensor* tensor;
-    const FillerParameter* filler;
-    int entry;  // index in table
     Param* param;
+    int entry;  // index in table
   };
   std::vector<ParamInfo> table;
   std::map<std::string, int> by_name;
@@ -413,7 +411,7 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
                        "layer '", layer.name(), "': shared parameter '", name,
                        "' has lr_mult/decay_mult ", spec.lr_mult(), "/", spec.decay_mult(),
                        " here but ", owner.lr_mult, "/", owner.decay_mult, " where first declared");
-        slots.push_back({param.tensor.get(), &param.filler, found->second, &param});
+        slots.push_back({&param, found->second});
         continue;
       }
       ParamInfo info;
@@ -423,7 +421,7 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
       info.decay_mult = spec.decay_mult();
       info.layer = layer.name();
       by_name[name] = int(table.size());
-      slots.push_back({param.tensor.get(), &param.filler, int(table.size()), &param});
+      slots.push_back({&param, int(table.size())});
       table.push_back(std::move(info));
     }
   }
@@ -443,7 +441,7 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
       LAMINA_REQUIRE(source->shape == mine.shape, Phase_Name(phase_), " net: parameter '",
                      mine.name, "' has shape ", shape_string(mine.shape), " here but ",
                      shape_string(source->shape), " in the ", theirs, " net");
-      s.tensor->bind(backend_, shared->data() + source->offset, shared->diff() + source->offset);
+      s.param->tensor->bind(backend_, shared->data() + source->offset, shared->diff() + source->offset);
     }
     arena_ = std::move(shared);
     return;
@@ -456,10 +454,10 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
   std::vector<bool> filled(arena_->table().size(), false);
   for (Slot& s : slots) {
     const ParamInfo& info = arena_->table()[s.entry];
-    s.tensor->bind(backend_, arena_->data() + info.offset, arena_->diff() + info.offset);
+    s.param->tensor->bind(backend_, arena_->data() + info.offset, arena_->diff() + info.offset);
     if (filled[s.entry]) continue;
     try {
-      fill(*s.filler, info.shape, rng, values);
+      fill(s.param->filler, info.shape, rng, values);
     } catch (const Error& e) {
       fail("parameter '", info.name, "': ", e.what());
     }

@@ -248,31 +248,30 @@ void Solver::forward_backward_advance() {
     }
     net_->forward();
     forward_lanes.close();
-    // The step state needs only the loss, unless clipping needs the gradients' norm. A
-    // backend without a side lane keeps the plain order.
-    const bool advance_beside = param_.clip_gradients() <= 0 && !backend_.is_host();
+    // The step state needs only the loss, unless clipping needs the gradients' norm.
+    if (param_.clip_gradients() > 0 || !backend_.has_side_lane()) {
+      net_->backward();
+      advance_step_state();
+      return;
+    }
     SideLaneScope backward_lanes(backend_);
-    if (advance_beside) {
+    {
       SideLane beside(backend_, true);
       advance_step_state();
     }
     try {
       net_->backward();
     } catch (...) {
-      // A direct step that fails leaves the step state at this iteration, as if the
-      // advance had not run: joined, then uploaded again (in a recording nothing ran, and
-      // the upload is refused).
-      if (advance_beside) {
-        try {
-          backward_lanes.close();
-          upload_step_state();
-        } catch (const Error&) {
-        }
+      // A direct step that fails puts the step state's iteration back (joined first; in a
+      // recording nothing ran, and the upload is refused). The loss it recorded stays.
+      try {
+        backward_lanes.close();
+        upload_step_state();
+      } catch (const Error&) {
       }
       throw;
     }
     backward_lanes.close();
-    if (!advance_beside) advance_step_state();
     return;
   }
   net_->arena().zero_diff();

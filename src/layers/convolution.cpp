@@ -91,12 +91,10 @@ class ConvolutionLayer : public Layer {
   // Beside the input gradient, on the side lane (Backend::to_side_lane), unless a parameter
   // is shared with another layer.
   void backward_params(const Tensors& top, const Tensors& bottom) override {
-    const float* x = bottom[0]->data();  // (accessors check residency: not on the side lane)
-    const float* dy = top[0]->diff();
-    float* dw = params_[0].tensor->mutable_diff();
-    float* db = bias_term_ ? params_[1].tensor->mutable_diff() : nullptr;
     SideLane lane(backend_, !any_shared(params_));
-    backend_.conv_backward_filter(g_, x, dy, dw, db);
+    backend_.conv_backward_filter(g_, bottom[0]->data(), top[0]->diff(),
+                                  params_[0].tensor->mutable_diff(),
+                                  bias_term_ ? params_[1].tensor->mutable_diff() : nullptr);
   }
 
  private:

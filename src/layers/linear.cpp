@@ -67,23 +67,16 @@ class LinearLayer : public Layer {
   void backward_params(const Tensors& top, const Tensors& bottom) override {
     const float* dy = top[0]->diff();  // (M, N)
     float* db = bias_term_ ? params_[1].tensor->mutable_diff() : nullptr;
-    if (relu_) {
-      backend_.linear_bias_backward(m_, n_, top[0]->data(), dy, top[0]->mutable_diff(), db);
-    }
-    relu_applied_ = relu_;
-    const float* x = bottom[0]->data();  // (accessors check residency: not on the side lane)
-    float* dw = params_[0].tensor->mutable_diff();
+    if (relu_) apply_relu(top, db);
     SideLane lane(backend_, !any_shared(params_));
     if (!relu_ && db != nullptr) backend_.linear_bias_backward(m_, n_, nullptr, dy, nullptr, db);
-    backend_.gemm(Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy, x, 1.0f, dw);
+    backend_.gemm(Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy, bottom[0]->data(), 1.0f,
+                  params_[0].tensor->mutable_diff());
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
-    if (relu_ && !relu_applied_) {
-      backend_.linear_bias_backward(m_, n_, top[0]->data(), top[0]->diff(),
-                                    top[0]->mutable_diff(), nullptr);
-    }
+    if (relu_ && !relu_applied_) apply_relu(top, nullptr);
     relu_applied_ = false;
     if (!propagate[0]) return;
     backend_.gemm(Transpose::kNo, Transpose::kNo, m_, k_, n_, 1.0f, top[0]->diff(),
@@ -91,6 +84,14 @@ class LinearLayer : public Layer {
   }
 
  private:
+  // The ReLU's derivative applied to the top gradient in place, with the bias gradient
+  // summed into db in the same pass when db is given.
+  void apply_relu(const Tensors& top, float* db) {
+    backend_.linear_bias_backward(m_, n_, top[0]->data(), top[0]->diff(),
+                                  top[0]->mutable_diff(), db);
+    relu_applied_ = true;
+  }
+
   static FillerParameter xavier() {
     FillerParameter filler;
     filler.set_type("xavier");

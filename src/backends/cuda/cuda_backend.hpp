@@ -135,6 +135,7 @@ class CudaBackend final : public Backend {
               float* weights, const float* grads, float* history, float* history2) override;
   void advance_step(const StepSchedule& schedule, StepState* state) override;
 
+  bool has_side_lane() const override { return true; }
   void open_side_lane() override;  // side_lane.cpp
   void close_side_lane() override;
   void to_side_lane() override;

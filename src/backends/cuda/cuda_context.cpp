@@ -171,8 +171,14 @@ void* CudaContext::allocate(size_t bytes, const char* purpose) const {
        "(nvidia-smi lists them).");
 }
 
-void* CudaContext::workspace(size_t bytes) {
-  Lane& lane = lanes_[on_side_ ? 1 : 0];
+void* CudaContext::workspace(size_t bytes) { return grow_workspace(lane(), bytes); }
+
+void CudaContext::reserve_workspaces(size_t main_bytes, size_t side_bytes) {
+  grow_workspace(lanes_[0], main_bytes);
+  grow_workspace(lanes_[1], side_bytes);
+}
+
+void* CudaContext::grow_workspace(Lane& lane, size_t bytes) {
   if (bytes <= lane.workspace_bytes) return lane.workspace;
   require_not_capturing("growing the workspace");
   const size_t grown = std::max({bytes, 2 * lane.workspace_bytes, size_t{1} << 20});

@@ -19,7 +19,7 @@
 //   - the convolution plans: cuDNN descriptors and the algorithms chosen for each
 //     convolution geometry, searched once per geometry (cudnn.cpp),
 //   - pinned staging buffers that let copy_from_host return without waiting for the device,
-//   - the fused Linear plans: cuBLASLt descriptors and algorithms by shape (linear.cpp),
+//   - the fused Linear plans: cuBLASLt descriptors and algorithms by shape (linear.cu),
 //   - whether the stream is being captured (cuda_graph.cpp): operations that would wait for
 //     the device, copy from or to the host, or allocate refuse, naming themselves.
 // Like the stream it owns, a context serves one host thread at a time.
@@ -38,7 +38,7 @@ struct cudnnContext;  // cudnnHandle_t is cudnnContext*; cudnn.h stays in cudnn.
 namespace lamina::cuda_detail {
 
 struct ConvPlans;    // defined in cudnn.cpp
-struct LinearPlans;  // defined in linear.cpp
+struct LinearPlans;  // defined in linear.cu
 
 class CudaContext {
  public:
@@ -53,7 +53,7 @@ class CudaContext {
   int sm_count() const { return properties_.multiProcessorCount; }
   // The main stream: graphs are captured and launched on it, synchronisation waits for it.
   cudaStream_t stream() const { return lanes_[0].stream; }
-  // The stream and handles of the lane operations go to now (on_side()).
+  // The stream and handles of the lane operations go to now (to_side_lane).
   cudaStream_t lane_stream() const { return lane().stream; }
   cublasHandle_t blas() const { return lane().blas; }
   // The lane's cuDNN handle, created (both lanes') on the first call; throws in builds
@@ -78,7 +78,6 @@ class CudaContext {
   void to_side_lane();
   void to_main_lane() { on_side_ = false; }
   void join_side_lane();  // main waits for the side lane's work issued so far
-  bool on_side() const { return on_side_; }
   bool side_lane_open() const { return side_open_ > 0; }
   cudaStream_t side_stream() const { return lanes_[1].stream; }
   // Throws an Error naming `what` on the side lane: it waits for or copies on the main stream.
@@ -89,12 +88,15 @@ class CudaContext {
   // grows, never shrinks.
   void* workspace(size_t bytes);
   size_t workspace_bytes() const { return lane().workspace_bytes; }
+  // Grows the main lane's workspace to at least main_bytes and the side lane's to side_bytes
+  // ahead of the operations that need them (a convolution's plan).
+  void reserve_workspaces(size_t main_bytes, size_t side_bytes);
   // How many times a lane's workspace has moved (grown): a recording that uses it holds a
   // stale pointer once this changes.
   int64_t workspace_moves() const { return workspace_moves_; }
 
   // The fused Linear products' cuBLASLt plans (descriptors and the algorithm chosen) by
-  // shape, created on the first call; defined in linear.cpp.
+  // shape, created on the first call; defined in linear.cu.
   LinearPlans& linear_plans();
   // cuBLAS's workspace of the current lane (fixed at creation), which cuBLASLt calls use too:
   // everything on a stream runs one operation at a time.
@@ -126,6 +128,8 @@ class CudaContext {
     size_t workspace_bytes = 0;
   };
   const Lane& lane() const { return lanes_[on_side_ ? 1 : 0]; }
+  Lane& lane() { return lanes_[on_side_ ? 1 : 0]; }
+  void* grow_workspace(Lane& lane, size_t bytes);
   // Creates the lane's stream and cuBLAS handle and workspace.
   void create_lane(Lane& lane);
 

@@ -49,7 +49,6 @@ void CudaBackend::begin_capture() {
   LAMINA_REQUIRE(!context_.side_lane_open(), "capture() was called while the side lane is "
                  "open (Backend::open_side_lane): open it inside the captured operations");
   on_device();
-  context_.join_side_lane();  // earlier side work is ordered before the recording
   const cudaStream_t s = context_.stream();
   LAMINA_REQUIRE(!context_.capturing(), "capture() was called inside another capture");
   LAMINA_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -57,26 +56,19 @@ void CudaBackend::begin_capture() {
 }
 
 std::unique_ptr<CapturedOps> CudaBackend::end_capture(bool keep) {
-  // The side lane's work merges into the main stream before the capture ends (the
-  // outermost SideLaneScope has joined it already, also when the operations threw).
+  // The side lane's work has merged into the main stream: the outermost SideLaneScope
+  // joined it, also when the operations threw (work left unjoined fails the capture).
   context_.to_main_lane();
-  bool joined = true;
-  try {
-    context_.join_side_lane();
-  } catch (const Error&) {
-    joined = false;
-  }
   context_.set_capturing(false);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(context_.stream(), &graph);
-  if (!keep || !joined || ended != cudaSuccess) {
+  if (!keep || ended != cudaSuccess) {
     cudaGetLastError();
     if (graph) cudaGraphDestroy(graph);
     if (!keep) return nullptr;
     fail("the operations could not be captured into a CUDA graph: cudaStreamEndCapture "
-         "returned ", cudaGetErrorName(ended), " (", cudaGetErrorString(ended), ")",
-         joined ? "" : " after the side lane could not be joined", "; an operation inside "
-         "waited for the device or used another stream");
+         "returned ", cudaGetErrorName(ended), " (", cudaGetErrorString(ended), "); an "
+         "operation inside waited for the device or used another stream");
   }
   size_t nodes = 0;
   cudaGraphExec_t exec = nullptr;

@@ -20,7 +20,7 @@
 // also the whole convolution in builds without cuDNN.
 //
 // y and dx are written (cuDNN's beta = 0), dweight accumulates (beta = 1). The bias is added
-// by channel_affine and its gradient accumulated by channel_reduce (one block per channel,
+// by channel_affine and its gradient accumulated by channel_reduce (blocks per channel,
 // in double), as deterministic as the rest.
 #include <glog/logging.h>
 
@@ -158,10 +158,12 @@ const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g) {
     search(context, limit, g, *plan,
            remembered == context.conv_plans().remembered.end() ? nullptr : &remembered->second);
     count_conv_algorithm_search();
-    // One workspace for the whole net: grown here, once, to what this geometry needs.
+    // One workspace per lane for the whole net, grown here, once, to what this geometry
+    // needs: the filter gradient runs on the side lane (Convolution::backward_params).
     const size_t needed = std::max({plan->forward.workspace, plan->backward_data.workspace,
                                     plan->backward_filter.workspace});
-    if (needed > 0) context.workspace(needed);
+    context.reserve_workspaces(std::max(plan->forward.workspace, plan->backward_data.workspace),
+                               plan->backward_filter.workspace);
     VLOG(1) << "convolution " << describe(g) << ": forward algorithm " << plan->forward.algo
             << ", backward-data " << plan->backward_data.algo << ", backward-filter "
             << plan->backward_filter.algo << ", workspace " << needed << " bytes";

@@ -43,10 +43,7 @@ void CudaContext::require_main_lane(const char* what) const {
                  "to_side_lane() or after to_main_lane()");
 }
 
-void CudaBackend::open_side_lane() {
-  on_device();
-  context_.open_side_lane();
-}
+void CudaBackend::open_side_lane() { context_.open_side_lane(); }
 
 void CudaBackend::close_side_lane() {
   on_device();
