@@ -887,6 +887,31 @@ TEST_F(NativeBackendTest, GatherBatchWalksTheOrderAndAdvancesTheCounter) {
   }
 }
 
+// Data parallel: the workers' rows of each pass, rank by rank, are the rows one worker with
+// their batches together takes, in and out of shuffle, across epochs and wrapping around.
+TEST(BatchOrderTest, WorkersShareEachPassOfTheWholeJob) {
+  const int64_t samples = 14, batch = 3, workers = 2;
+  std::vector<int32_t> even(samples), odd(samples);
+  for (int64_t i = 0; i < samples; ++i) even[i] = int32_t((i * 5) % samples), odd[i] = int32_t(samples - 1 - i);
+  for (bool shuffle : {false, true}) {
+    SCOPED_TRACE(shuffle ? "shuffle" : "in order");
+    BatchOrder alone;
+    alone.first = shuffle ? 1 : 5, alone.batch = batch * workers, alone.samples = samples;
+    alone.shuffle = shuffle, alone.order[0] = even.data(), alone.order[1] = odd.data();
+    for (int64_t rank = 0; rank < workers; ++rank) {
+      BatchOrder mine = alone;
+      mine.batch = batch, mine.workers = workers, mine.rank = rank;
+      for (int64_t p = 0; p < 5; ++p) {
+        EXPECT_EQ(mine.epoch(p), alone.epoch(p));
+        EXPECT_EQ(mine.cursor(p), alone.cursor(p));
+        for (int64_t r = 0; r < batch; ++r)
+          ASSERT_EQ(mine.sample(p, r), alone.sample(p, rank * batch + r))
+              << "worker " << rank << " pass " << p << " row " << r;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Solver update
 // ---------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@
 #include <utility>
 
 #include "command_line.hpp"
+#include "workers.hpp"
 #include "lamina/backend_factory.hpp"
 #include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
@@ -210,7 +211,7 @@ struct TrainOptions {
   bool no_cuda_graph = false;
 };
 
-int train(const TrainOptions& o) {
+int train(const TrainOptions& o, int argc, char** argv) {
   LAMINA_REQUIRE(o.snapshot.empty() || o.weights.empty(), "give --snapshot to resume training "
                  "or --weights to start from trained weights, not both");
   LAMINA_REQUIRE(!o.allow_unmatched_weights || !o.weights.empty(),
@@ -223,6 +224,9 @@ int train(const TrainOptions& o) {
     param.set_snapshot_failure(parse_failure("--snapshot-failure", o.snapshot_failure));
   if (!o.nonfinite.empty()) param.set_nonfinite(parse_failure("--nonfinite", o.nonfinite));
   if (o.no_cuda_graph) param.set_cuda_graph(false);
+  // Several GPUs: this process launches the workers (workers.hpp) and waits for them.
+  if (const std::optional<int> status = lamina::cli::launch_job(o.gpu, argc, argv)) return *status;
+  const std::string gpu = lamina::cli::gpu_of_this_process(o.gpu);
   if (!param.has_snapshot_prefix()) {
     // As Caffe: snapshots go beside the solver file, named after it.
     param.set_snapshot_prefix(std::filesystem::path(o.solver_path).replace_extension().string());
@@ -233,11 +237,13 @@ int train(const TrainOptions& o) {
                                std::filesystem::path(o.solver_path).stem()).string());
   }
   // --gpu wins over the solver's solver_mode and device_id.
-  auto backend = backend_with_cpu_hint(o.gpu, [&](const std::string& spec) {
+  auto backend = backend_with_cpu_hint(gpu, [&](const std::string& spec) {
     return lamina::make_solver_backend(param, spec);
   });
-  std::cout << "Training on " << backend->name() << std::endl;
-  auto solver = lamina::Solver::create(param, o.solver_path, *backend);
+  const std::shared_ptr<lamina::Communicator> job = lamina::cli::join_job(*backend, param);
+  const bool speaks = !job || job->rank() == 0;  // worker 0 speaks for the job
+  if (speaks) std::cout << "Training on " << backend->name() << std::endl;
+  auto solver = lamina::Solver::create(param, o.solver_path, *backend, job.get());
   if (!o.snapshot.empty()) {
     solver->restore(o.snapshot);
   } else if (!o.weights.empty()) {
@@ -256,12 +262,13 @@ int train(const TrainOptions& o) {
   install_signal_handlers(sigint, sigterm, sighup);
   solver->set_action_source(pending_action);
   solver->solve();
+  if (!speaks) return 0;
   if (solver->stopped_early()) {
     std::cout << "stopped at iteration " << solver->iter();
     if (!solver->last_snapshot().empty()) {
       std::cout << "; resume with: lamina train --solver " << o.solver_path << " --snapshot "
                 << solver->last_snapshot().state;
-      if (!o.gpu.empty()) std::cout << " --gpu " << o.gpu;
+      if (!o.gpu.empty()) std::cout << " --gpu " << lamina::cli::job_gpu(o.gpu);
     }
     std::cout << std::endl;
     return 0;
@@ -416,8 +423,11 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--gpu", train_options.gpu,
                         "GPU device to train on, overriding the solver's solver_mode and "
                         "device_id; -1 trains on the CPU even with solver_mode: GPU "
-                        "(default: as the solver file says)")
-      ->type_name("INT");
+                        "(default: as the solver file says). Several (0,1 or all) train "
+                        "data-parallel, one worker process per GPU; under mpirun, local "
+                        "takes the GPU of each process's rank on its machine "
+                        "(docs/distributed.md)")
+      ->type_name("N|N,M,..|all|local");
   train_cmd->add_option("--snapshot", train_options.snapshot,
                         "Resume from PREFIX_iter_N.solverstate");
   train_cmd->add_option("--weights", train_options.weights,
@@ -463,7 +473,7 @@ int main(int argc, char** argv) {
   try {
     if (*train_cmd) {
       try {
-        return train(train_options);
+        return train(train_options, argc, argv);
       } catch (const lamina::Error& e) {
         throw lamina::Error(
             lamina::cli::with_flag_hints(e.what(), kTrainFieldFlags, "lamina train"));
@@ -473,7 +483,8 @@ int main(int argc, char** argv) {
     if (*time_cmd) return time_net(model_path, iterations, gpu);
     if (*query_cmd) return device_query(count_only, name_of, name_option->count() > 0);
   } catch (const lamina::Error& e) {
-    std::cerr << "lamina: error: " << e.what() << "\n";
+    std::cerr << "lamina: error" << lamina::cli::worker_label() << ": " << e.what() << std::endl;
+    lamina::cli::abort_job(e.what());  // under mpirun: the other processes stop too
     return 1;
   } catch (const std::bad_alloc&) {
     std::cerr << "lamina: error: out of memory\n";

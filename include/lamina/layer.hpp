@@ -121,6 +121,13 @@ class Layer {
   virtual std::vector<int64_t> state() const { return {}; }
   virtual void set_state(const std::vector<int64_t>& state);
 
+  // Data parallel (docs/distributed.md): the net is worker `rank` of `workers`, each with
+  // its own copy of it. A layer whose outputs must differ between workers takes its share
+  // here (a data layer its rows of every batch of the whole job, Dropout its own random
+  // numbers) and returns true. The default: true for layers that compute from their bottoms,
+  // false for data sources (layers without bottoms), which would give every worker the
+  // same data.
+  virtual bool set_worker(int rank, int workers);
   // Captured steps (CUDA graphs). The solver may record a training step's operations once
   // and replay them, without calling forward() again. A layer whose forward does host work
   // besides launching operations does it in these two instead; operations whose arguments

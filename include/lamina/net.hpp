@@ -68,6 +68,10 @@ class Net {
   // `source` names where the states came from, for messages.
   void set_layer_states(const LayerStates& states, const std::string& source);
 
+  // Data parallel: makes this net worker `rank` of `workers` (Layer::set_worker). A data
+  // source that cannot share out its data is an Error naming it.
+  void set_worker(int rank, int workers);
+
   // Captured steps (Layer::prepare_replay, replayed, capture_blocker), over every layer.
   // Whether every layer could prepare the next `passes` forward passes for a replay.
   bool prepare_replay(int64_t passes);

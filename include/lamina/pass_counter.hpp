@@ -28,28 +28,36 @@ struct BatchOrder {
   // Without shuffle: the sample of pass 0's first row. With shuffle: pass 0's batch number
   // (epoch * batches_per_epoch + batch within the epoch).
   int64_t first = 0;
-  int64_t batch = 1;    // rows per pass
+  int64_t batch = 1;    // rows per pass, of this worker
   int64_t samples = 1;  // in the data set
   bool shuffle = false;
   // With shuffle: epoch e's permutation of the samples is order[e % 2] (backend memory).
   const int32_t* order[2] = {nullptr, nullptr};
+  // Data parallel (docs/distributed.md): a pass of the whole job takes workers * batch rows
+  // at the cursor; worker `rank` takes its rows rank * batch onwards. One worker with batch
+  // workers * batch takes the same rows in the same order.
+  int64_t workers = 1;
+  int64_t rank = 0;
 
+  // The rows a pass of the whole job takes.
+  LAMINA_HOST_DEVICE int64_t stride() const { return batch * workers; }
   // With shuffle an epoch is its full batches; the rest of the samples are skipped.
-  LAMINA_HOST_DEVICE int64_t batches_per_epoch() const { return samples / batch; }
+  LAMINA_HOST_DEVICE int64_t batches_per_epoch() const { return samples / stride(); }
   // The epoch of pass `passes` (0 without shuffle).
   LAMINA_HOST_DEVICE int64_t epoch(int64_t passes) const {
     return shuffle ? (first + passes) / batches_per_epoch() : 0;
   }
-  // The index into its epoch's order of pass `passes`' first row (without shuffle, its
-  // sample).
+  // The index into its epoch's order of pass `passes`' first row of the whole job (without
+  // shuffle, its sample).
   LAMINA_HOST_DEVICE int64_t cursor(int64_t passes) const {
-    if (shuffle) return (first + passes) % batches_per_epoch() * batch;
-    return (first + passes % samples * (batch % samples)) % samples;
+    if (shuffle) return (first + passes) % batches_per_epoch() * stride();
+    return (first + passes % samples * (stride() % samples)) % samples;
   }
-  // The sample that row r of pass `passes` takes.
+  // The sample that row r of this worker's pass `passes` takes.
   LAMINA_HOST_DEVICE int64_t sample(int64_t passes, int64_t r) const {
-    if (!shuffle) return (cursor(passes) + r) % samples;
-    return order[epoch(passes) % 2][cursor(passes) + r];
+    const int64_t row = rank * batch + r;
+    if (!shuffle) return (cursor(passes) + row) % samples;
+    return order[epoch(passes) % 2][cursor(passes) + row];
   }
 };
 

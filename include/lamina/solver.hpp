@@ -32,6 +32,8 @@
 
 namespace lamina {
 
+class Communicator;  // communicator.hpp
+
 struct TestResult {
   std::vector<std::pair<std::string, float>> outputs;  // mean over test_iter batches
   float value(const std::string& name) const;          // throws when absent
@@ -58,13 +60,18 @@ struct SnapshotPaths {
 class Solver {
  public:
   // net_param: the net (train and test phases in one file). `source` names the net file.
+  // workers: this process's place in a data-parallel job (docs/distributed.md), or null
+  // for training alone. It must outlive the solver; every worker builds its solver with the
+  // same files, and they train in step (solver_workers.cpp).
   Solver(const SolverParameter& param, const NetParameter& net_param, Backend& backend,
-         const std::string& source = {});
+         const std::string& source = {}, Communicator* workers = nullptr);
   // Reads the solver prototxt and the net it names (relative to the solver file).
-  static std::unique_ptr<Solver> from_file(const std::string& solver_path, Backend& backend);
+  static std::unique_ptr<Solver> from_file(const std::string& solver_path, Backend& backend,
+                                           Communicator* workers = nullptr);
   // The same for a parameter already read (and perhaps changed) from solver_path.
   static std::unique_ptr<Solver> create(const SolverParameter& param,
-                                        const std::string& solver_path, Backend& backend);
+                                        const std::string& solver_path, Backend& backend,
+                                        Communicator* workers = nullptr);
 
   // Trains until max_iter, testing every test_interval and logging every display. With
   // snapshot_prefix set, first checks that its directory is writable and that no snapshot
@@ -75,8 +82,14 @@ class Solver {
   // Runs iters iterations (forward, backward, update), with display, tests, snapshots,
   // non-finite checks and actions as configured. Returns early after a kStop action.
   void step(int iters);
-  // Runs the test net for test_iter batches and returns the mean of each output.
+  // Runs the test net for test_iter batches and returns the mean of each output. In a
+  // data-parallel job each worker runs test_iter / workers batches of its share and the
+  // means are over all of them.
   TestResult test();
+  // The workers of the data-parallel job (1 alone) and this one's rank (0 alone). Only rank
+  // 0 writes snapshots.
+  int workers() const;
+  int rank() const;
 
   int iter() const { return iter_; }
   float learning_rate() const;  // the policy's rate at the current iteration
@@ -176,8 +189,30 @@ class Solver {
   void warn_about_snapshot_rate(size_t bytes, std::chrono::steady_clock::time_point start,
                                 std::chrono::steady_clock::time_point end);
 
+  // ---- data parallel (solver_workers.cpp) ----
+  // At construction: checks that every worker has the same solver and net and makes the
+  // nets this worker's share; after the nets: the same data sets, weights from worker 0.
+  void check_workers_agree(const NetParameter& net_param);
+  void join_workers();
+  // Every worker's weights and optimizer state become worker 0's (start, restore).
+  void broadcast_weights();
+  // The gradient arena summed over the workers (the update's scale divides by them).
+  void sum_gradients();
+  // ring_host_ (and take_mean_loss's sum): the mean over the workers.
+  void average_over_workers(float* values, int count);
+  // The action every worker takes now: the strongest any of them was asked for since the
+  // last agreement, at agreement points (every iteration on host backends, else display
+  // iterations or every 100); kNone between them.
+  SolverAction agree_on_action(SolverAction local);
+  bool writes_files() const;  // rank 0, or training alone
+  // "Trained N iterations in T s: X samples/s (...)", for the whole job (after a wait for
+  // the device).
+  void log_throughput(int iterations, std::chrono::steady_clock::time_point start);
+
   SolverParameter param_;
   Backend& backend_;
+  Communicator* comm_ = nullptr;  // null: training alone
+  SolverAction pending_action_ = SolverAction::kNone;  // asked for, not yet agreed on
   UpdateArgs args_;
   StepSchedule schedule_;  // advances step_state_ each iteration
   Buffer stepvalues_;      // the multistep schedule's stepvalues, in backend memory

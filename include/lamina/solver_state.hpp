@@ -7,7 +7,8 @@
 // arena holds them, one record per parameter (history/<param> and, for Adam and AdamW,
 // history2/<param>, shaped as the parameter), and each stateful layer's state
 // (state/train/<layer>, state/test/<layer>), and algorithms: the backend's algorithm choices
-// (Backend::algorithm_choices; optional, empty on the CPU and in states written before it).
+// (Backend::algorithm_choices; optional, empty on the CPU and in states written before it),
+// and workers: the data-parallel job's worker count (optional, written when not 1).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,7 @@ struct SolverState {
   std::vector<std::vector<float>> optimizer;  // the arena's state(k), arena layout
   Net::LayerStates train_layers, test_layers;
   std::string algorithms;  // Backend::algorithm_choices when it was written
+  int64_t workers = 1;     // the data-parallel job that wrote it (docs/distributed.md)
 };
 
 // The record prefix of optimizer state array k: "history/", "history2/".

@@ -20,6 +20,8 @@ Tensor& Layer::add_param(const std::string& role, const Shape& shape,
   return *params_.back().tensor;
 }
 
+bool Layer::set_worker(int /*rank*/, int workers) { return workers == 1 || max_bottoms() != 0; }
+
 std::optional<std::string> Layer::capture_blocker() const {
   if (builtin_) return std::string();
   return std::nullopt;

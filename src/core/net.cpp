@@ -91,6 +91,17 @@ void Net::set_layer_states(const LayerStates& states, const std::string& source)
   ++generation_;
 }
 
+void Net::set_worker(int rank, int workers) {
+  for (auto& layer : layers_) {
+    LAMINA_REQUIRE(layer->set_worker(rank, workers), "layer '", layer->name(), "' (",
+                   layer->type(), ") of the ", Phase_Name(phase_), " net '", name_,
+                   "' produces data but cannot give each of the ", workers, " workers its own "
+                   "share, so every worker would train on the same data; data-parallel "
+                   "training needs a data layer that shares out its data (MnistData does)");
+  }
+  ++generation_;
+}
+
 bool Net::prepare_replay(int64_t passes) {
   for (auto& layer : layers_)
     if (!layer->prepare_replay(passes)) return false;

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "lamina/communicator.hpp"
 #include "lamina/io.hpp"
 #include "lamina/lr_policy.hpp"
 #include "lamina/snapshot.hpp"
@@ -30,8 +31,8 @@ float TestResult::value(const std::string& name) const {
 }
 
 Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Backend& backend,
-               const std::string& source)
-    : param_(param), backend_(backend) {
+               const std::string& source, Communicator* workers)
+    : param_(param), backend_(backend), comm_(workers) {
   check_solver_parameter(param, {}, TestRunner::kCaller);  // the caller may run test() itself
   args_.rule = parse_solver_type(param);
   if (param.has_solver_mode()) {
@@ -50,8 +51,9 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
 
   const uint64_t seed = param.random_seed() >= 0 ? uint64_t(param.random_seed())
                                                  : uint64_t(std::random_device{}());
-  if (param.random_seed() < 0) LOG(INFO) << "random_seed not set; using " << seed;
-  seed_ = seed;
+  seed_ = comm_ ? broadcast_value(*comm_, seed) : seed;  // worker 0's: the same data order
+  if (param.random_seed() < 0) LOG(INFO) << "random_seed not set; using " << seed_;
+  if (comm_) check_workers_agree(net_param);
   net_ = std::make_unique<Net>(net_param, TRAIN, backend, seed, nullptr, source);
   if (param.test_iter_size() == 1) {
     test_net_ = std::make_unique<Net>(net_param, TEST, backend, seed + 1, net_->arena_handle(),
@@ -69,6 +71,7 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   // one history.
   const bool adam = args_.rule == UpdateRule::kAdam || args_.rule == UpdateRule::kAdamW;
   net_->arena().allocate_state(adam ? 2 : 1);
+  if (comm_) join_workers();
 
   loss_ring_ = Buffer(backend, sizeof(float) * (param.average_loss() + 1));
   backend.zero(loss_ring_.bytes(), loss_ring_.get());
@@ -84,7 +87,8 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   if (param_.stepvalue_size() > 0)
     backend.copy_from_host(stepvalues_.bytes(), param_.stepvalue().data(), stepvalues_.get());
   schedule_.lr.stepvalues = stepvalues_.as<int32_t>();
-  schedule_.iter_scale = 1.0f / param_.iter_size();
+  // The mean gradient: over iter_size passes and, summed by sum_gradients, over the workers.
+  schedule_.iter_scale = 1.0f / (float(param_.iter_size()) * float(this->workers()));
   schedule_.clip = param_.clip_gradients();
   schedule_.adam = adam;
   schedule_.beta1 = args_.momentum;
@@ -106,16 +110,19 @@ void Solver::upload_step_state() {
   backend_.copy_from_host(sizeof(StepState), &state, step_state_.get());
 }
 
-std::unique_ptr<Solver> Solver::from_file(const std::string& solver_path, Backend& backend) {
-  return create(read_solver_parameter(solver_path), solver_path, backend);
+std::unique_ptr<Solver> Solver::from_file(const std::string& solver_path, Backend& backend,
+                                          Communicator* workers) {
+  return create(read_solver_parameter(solver_path), solver_path, backend, workers);
 }
 
 std::unique_ptr<Solver> Solver::create(const SolverParameter& param,
-                                       const std::string& solver_path, Backend& backend) {
+                                       const std::string& solver_path, Backend& backend,
+                                       Communicator* workers) {
   LAMINA_REQUIRE(param.has_net(), solver_path, ": the solver names no net (net: \"file.prototxt\")");
   check_solver_parameter(param, solver_path);  // before the net is read, naming solver_path:line
   const std::string net_path = resolve_path(param.net(), solver_path);
-  return std::make_unique<Solver>(param, read_net_parameter(net_path), backend, net_path);
+  return std::make_unique<Solver>(param, read_net_parameter(net_path), backend, net_path,
+                                  workers);
 }
 
 float Solver::learning_rate() const { return float(lamina::learning_rate(param_, iter_)); }
@@ -127,7 +134,7 @@ void Solver::solve() {
   stop_snapshot_saved_ = true;
   const std::string& prefix = param_.snapshot_prefix();
   std::optional<SnapshotPrefixLock> lock;  // one run per prefix, held until solve() returns
-  if (!prefix.empty()) {
+  if (!prefix.empty() && writes_files()) {
     // Report an unwritable snapshot directory now, not hours from now.
     bool writable = true;
     try {
@@ -152,7 +159,10 @@ void Solver::solve() {
   }
   rate_reference_iter_ = iter_;
   rate_reference_time_ = std::chrono::steady_clock::now();
+  const int first_iter = iter_;
+  const auto start = std::chrono::steady_clock::now();
   step(param_.max_iter() - iter_);
+  log_throughput(iter_ - first_iter, start);
   if (stopped_early_) {
     // Stopped but not saved (snapshot_failure: CONTINUE): the caller must not report success.
     LAMINA_REQUIRE(stop_snapshot_saved_, "training stopped at iteration ", iter_, " as requested "
@@ -222,7 +232,7 @@ void Solver::step(int iters) {
 bool Solver::after_iteration() {
   if (param_.snapshot() > 0 && iter_ % param_.snapshot() == 0) snapshot_as_configured("periodic");
   if (!action_source_) return true;
-  const SolverAction action = action_source_();
+  const SolverAction action = agree_on_action(action_source_());
   if (action == SolverAction::kSnapshot) snapshot_as_configured("requested");
   if (action != SolverAction::kStop) return true;
   if (param_.snapshot_prefix().empty()) {
@@ -251,6 +261,7 @@ void Solver::forward_backward_advance() {
     // The step state needs only the loss, unless clipping needs the gradients' norm.
     if (param_.clip_gradients() > 0 || !backend_.has_side_lane()) {
       net_->backward();
+      sum_gradients();
       advance_step_state();
       return;
     }
@@ -272,6 +283,7 @@ void Solver::forward_backward_advance() {
       throw;
     }
     backward_lanes.close();
+    sum_gradients();
     return;
   }
   net_->arena().zero_diff();
@@ -282,11 +294,13 @@ void Solver::forward_backward_advance() {
     net_->backward();
     backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), loss);
   }
+  sum_gradients();
   advance_step_state();
 }
 
 void Solver::read_ring() {
   backend_.copy_to_host(loss_ring_.bytes(), loss_ring_.get(), ring_host_.data());
+  average_over_workers(ring_host_.data(), int(ring_host_.size()));
 }
 
 float Solver::smoothed_loss() {
@@ -301,6 +315,7 @@ float Solver::take_mean_loss() {
   float sum = 0;
   backend_.copy_to_host(sizeof(float), loss_sum_.get(), &sum);
   backend_.zero(sizeof(float), loss_sum_.get());
+  average_over_workers(&sum, 1);
   const float mean = loss_sum_count_ ? sum / loss_sum_count_ : 0.0f;
   loss_sum_count_ = 0;
   return mean;
@@ -327,7 +342,7 @@ void Solver::apply_update() {
 void Solver::run_test_passes() {
   float* sums = test_sums_.as<float>();
   backend_.zero(test_sums_.bytes(), sums);
-  const int iters = param_.test_iter(0);
+  const int iters = param_.test_iter(0) / workers();  // this worker's share
   for (int i = 0; i < iters; ++i) {
     try {
       test_net_->forward();
@@ -347,20 +362,20 @@ void Solver::run_test_passes() {
 TestResult Solver::test() {
   LAMINA_REQUIRE(test_net_ != nullptr, "the solver has no test net: set test_iter");
   float* sums = test_sums_.as<float>();
-  const int iters = param_.test_iter(0);
   if (!replay_test()) {
     run_test_passes();
     test_warm_ = true;
   }
   std::vector<float> host(test_sums_.bytes() / sizeof(float));
   backend_.copy_to_host(test_sums_.bytes(), sums, host.data());
+  average_over_workers(host.data(), int(host.size()));  // each worker's mean of its share
   TestResult result;
   int64_t offset = 0;
   for (const std::string& name : test_net_->output_names()) {
     const int64_t count = test_net_->blob(name).count();
     for (int64_t k = 0; k < count; ++k) {
       const std::string label = count == 1 ? name : name + "[" + std::to_string(k) + "]";
-      result.outputs.push_back({label, host[offset + k] / iters});
+      result.outputs.push_back({label, host[offset + k] / (param_.test_iter(0) / workers())});
       LOG(INFO) << "Test at iteration " << iter_ << ": " << label << " = "
                 << result.outputs.back().second;
     }

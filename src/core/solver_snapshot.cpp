@@ -76,6 +76,7 @@ std::string Solver::last_snapshot_note() const {
 
 bool Solver::snapshot_as_configured(const char* why) {
   if (!last_snapshot_.empty() && last_snapshot_iter_ == iter_) return true;  // just written
+  if (!writes_files()) return true;  // worker 0 writes the job's snapshots
   try {
     snapshot();
     return true;
@@ -153,6 +154,7 @@ SnapshotPaths Solver::snapshot() {
   state.train_layers = net_->layer_states();
   if (test_net_) state.test_layers = test_net_->layer_states();
   state.algorithms = backend_.algorithm_choices();
+  state.workers = workers();
 
   const std::string weights_bytes =
       encode_snapshot(SnapshotKind::kWeights, weights, &state.weights_crc32);
@@ -202,6 +204,12 @@ void Solver::restore(const std::string& state_path) {
   if (state.net_name != net_->name())
     LOG(WARNING) << what << "it was written for net '" << state.net_name << "', this net is '"
                  << net_->name() << "'";
+  LAMINA_REQUIRE(state.workers == workers(), what, "it was written by a data-parallel job of ",
+                 state.workers, " worker", state.workers == 1 ? "" : "s", ", this one has ",
+                 workers(), "; resume it with ", state.workers, " (the data order and the "
+                 "global batch depend on the count: lamina train --gpu with ", state.workers,
+                 " devices, or mpirun -np ", state.workers, "), or start a new run from its "
+                 "weights with --weights");
   const int average = param_.average_loss();
   LAMINA_REQUIRE(int64_t(state.loss_ring.size()) == average, what, "it was written with "
                  "average_loss ", state.loss_ring.size(), ", this solver has ", average,
@@ -248,6 +256,7 @@ void Solver::restore(const std::string& state_path) {
   loss_sum_count_ = state.loss_sum_count;
   iter_ = int(state.iteration);
   upload_step_state();
+  broadcast_weights();  // every worker read the same file; worker 0's are the job's
   if (state.seed != seed_)
     LOG(INFO) << "the snapshot's seed " << state.seed << " replaces " << seed_
               << " (the layers' random states come from the snapshot)";

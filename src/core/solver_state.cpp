@@ -43,6 +43,7 @@ std::vector<SnapshotRecord> encode_solver_state(const SolverState& s, const Para
   records.push_back(SnapshotRecord::of_ints("weights_crc32", {int64_t(s.weights_crc32)}));
   if (!s.algorithms.empty())
     records.push_back(SnapshotRecord::of_bytes("algorithms", s.algorithms));
+  if (s.workers != 1) records.push_back(SnapshotRecord::of_ints("workers", {s.workers}));
   return records;
 }
 
@@ -77,6 +78,9 @@ SolverState decode_solver_state(const SnapshotFile& file, const std::string& pat
   s.loss_sum = get("loss_sum", Type::kFloat32, 1).floats[0];
   s.loss_sum_count = get("loss_sum_count", Type::kInt64, 1).ints[0];
   if (file.find("algorithms")) s.algorithms = get("algorithms", Type::kBytes, -1).bytes;
+  if (file.find("workers")) s.workers = get("workers", Type::kInt64, 1).ints[0];
+  LAMINA_REQUIRE(s.workers >= 1 && s.workers <= INT_MAX, what, "workers ", s.workers,
+                 " is out of range; the file is damaged");
   LAMINA_REQUIRE(s.loss_sum_count >= 0 && s.loss_sum_count <= s.iteration, what,
                  "loss_sum_count ", s.loss_sum_count, " is not between 0 and the iteration, ",
                  s.iteration, "; the file is damaged");

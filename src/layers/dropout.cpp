@@ -6,9 +6,13 @@
 // same seed replays the same masks on every backend. The pass count is a PassCounter in
 // backend memory that dropout_forward reads and advances, so every pass is the same launch
 // (a captured step replays it). Works in place. State (snapshots): the seed and the offset,
-// so a resumed run draws the masks an uninterrupted one would.
+// so a resumed run draws the masks an uninterrupted one would. Data parallel (set_worker):
+// worker r > 0 keys the generator by a hash of the seed and r, so workers draw independent
+// masks (a job of N workers does not draw the masks one worker with N times the batch
+// would); the state keeps the job's seed.
 #include <memory>
 
+#include "lamina/counter_rng.hpp"
 #include "lamina/layer.hpp"
 #include "lamina/pass_counter_buffer.hpp"
 #include "lamina/registry.hpp"
@@ -38,7 +42,8 @@ class DropoutLayer : public Layer {
   void forward(const Tensors& bottom, const Tensors& top) override {
     const int64_t n = bottom[0]->count();
     if (phase_ == TRAIN) {
-      backend_.dropout_forward(n, ratio_, seed_, offset_, counter_.device(), bottom[0]->data(),
+      const uint64_t seed = rank_ == 0 ? seed_ : counter_hash(seed_, uint64_t(rank_));
+      backend_.dropout_forward(n, ratio_, seed, offset_, counter_.device(), bottom[0]->data(),
                                mask_->mutable_data(), top[0]->mutable_data());
       counter_.advance();
     } else if (top[0] != bottom[0]) {
@@ -75,8 +80,14 @@ class DropoutLayer : public Layer {
 
   void replayed(int64_t passes) override { counter_.advance(passes); }
 
+  bool set_worker(int rank, int /*workers*/) override {
+    rank_ = rank;
+    return true;
+  }
+
  private:
   float ratio_ = 0.5f;
+  int rank_ = 0;                  // set_worker
   uint64_t offset_ = 0;           // the random-number counter of pass 0's first element
   PassCounterBuffer counter_;     // TRAIN only: the passes since offset_
   std::unique_ptr<Tensor> mask_;  // TRAIN only; shaped like the bottom

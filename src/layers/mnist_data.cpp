@@ -17,6 +17,9 @@
 // (epoch % 2), so the passes of one replayed step may span two epochs.
 // State (snapshots): seed, epoch, cursor and the sample count; restoring it redraws and
 // uploads that epoch's permutation, so a resumed run sees the same batches.
+// Data parallel (set_worker): a pass of the whole job takes workers * batch_size rows, worker
+// r its rows r * batch_size onwards; positions and states are the whole job's, the same on
+// every worker, and the same as one worker's with batch_size workers * batch_size.
 #include <array>
 #include <cstdint>
 #include <numeric>
@@ -98,6 +101,18 @@ class MnistDataLayer final : public Layer {
   void backward_input(const Tensors& /*top*/, const std::vector<bool>& /*propagate*/,
                       const Tensors& /*bottom*/) override {}
 
+  // Each pass of the whole job takes workers * batch_size rows; this worker its share.
+  bool set_worker(int rank, int workers) override {
+    LAMINA_REQUIRE(!shuffle_ || batch_ * workers <= samples_, where(), "batch_size ", batch_,
+                   " on each of ", workers, " workers takes ", batch_ * workers,
+                   " samples a pass, more than the ", samples_, " there are; with shuffle a "
+                   "batch comes from one epoch");
+    rank_ = rank;
+    workers_ = workers;
+    restart(0);
+    return true;
+  }
+
   // The permutations of every epoch the next `passes` passes take, if that is at most two.
   bool prepare_replay(int64_t passes) override {
     if (!shuffle_) return true;
@@ -126,15 +141,17 @@ class MnistDataLayer final : public Layer {
                    " samples, but '", param_.mnist_data_param().images(), "' holds ", samples_,
                    "; resume with the same data set");
     const bool possible =
-        shuffle_ ? epoch >= 0 && epoch <= kMaxPosition / (samples_ / batch_ + 1) &&
-                       cursor >= 0 && cursor <= samples_ && cursor % batch_ == 0
+        shuffle_ ? epoch >= 0 && epoch <= kMaxPosition / (samples_ / (batch_ * workers_) + 1) &&
+                       cursor >= 0 && cursor <= samples_ && cursor % (batch_ * workers_) == 0
                  : epoch == 0 && cursor >= 0 && cursor < samples_;
     LAMINA_REQUIRE(possible, where(), "the snapshot's position (epoch ", epoch, ", sample ",
-                   cursor, ") is impossible for ", samples_, " samples in batches of ", batch_,
+                   cursor, ") is impossible for ", samples_, " samples in batches of ",
+                   batch_ * workers_,
                    shuffle_ ? " with shuffle (resume with the batch_size it was written with)"
                             : " without shuffle");
     seed_ = uint64_t(state[0]);  // the permutations depend on the seed and the epoch
-    restart(shuffle_ ? epoch * (samples_ / batch_) + cursor / batch_ : cursor);
+    const int64_t stride = batch_ * workers_;  // rows a pass of the whole job takes
+    restart(shuffle_ ? epoch * (samples_ / stride) + cursor / stride : cursor);
   }
 
  private:
@@ -147,6 +164,8 @@ class MnistDataLayer final : public Layer {
     order.batch = batch_;
     order.samples = samples_;
     order.shuffle = shuffle_;
+    order.workers = workers_;
+    order.rank = rank_;
     if (shuffle_) order.order[0] = orders_[0].as<int32_t>(), order.order[1] = orders_[1].as<int32_t>();
     return order;
   }
@@ -185,6 +204,7 @@ class MnistDataLayer final : public Layer {
   std::array<int64_t, 2> loaded_{};  // the epoch in each slot, -1 for none
   PassCounterBuffer counter_;        // the passes since restart()
   int64_t first_ = 0;                // BatchOrder::first
+  int64_t workers_ = 1, rank_ = 0;   // BatchOrder::workers, rank
 };
 
 }  // namespace

@@ -1,0 +1,125 @@
+// The NCCL communicator (CUDA builds with LAMINA_USE_NCCL): GPU workers, one per process,
+// summing device memory on the device's stream. The gradient all-reduce is one more
+// operation in stream order, so nothing waits for the host and a captured step holds it as
+// a graph node. Host collectives (start-up, tests, display points) stage through a small
+// device buffer and wait for it.
+#include <nccl.h>
+
+#include <cstring>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/cuda_context.hpp"
+#include "lamina/common.hpp"
+#include "lamina/communicator.hpp"
+
+namespace lamina {
+namespace {
+
+using cuda_detail::CudaContext;
+
+void check(ncclResult_t status, const char* what) {
+  if (status == ncclSuccess) return;
+  fail("NCCL ", what, " failed: ", ncclGetErrorString(status),
+       status == ncclSystemError || status == ncclRemoteError
+           ? " (another worker may have stopped; NCCL_DEBUG=INFO says more)"
+           : "");
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(int device, int rank, int size, const NcclId& id)
+      : Communicator(rank, size), context_(CudaContext::get(device)) {
+    context_.make_current();
+    ncclUniqueId unique;
+    static_assert(sizeof(unique) == sizeof(NcclId), "ncclUniqueId is 128 bytes");
+    std::memcpy(&unique, id.data(), sizeof(unique));
+    check(ncclCommInitRank(&comm_, size, unique, rank), "communicator set-up");
+  }
+  ~NcclCommunicator() override {
+    if (staging_) cudaFree(staging_);
+    ncclCommDestroy(comm_);
+  }
+
+  std::string description() const override {
+    return "NCCL, " + std::to_string(size()) + " worker" + (size() == 1 ? "" : "s");
+  }
+  void all_reduce_sum(float* data, int64_t count) override {
+    context_.make_current();
+    check(ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_,
+                        context_.lane_stream()),
+          "all-reduce");
+  }
+  void broadcast(float* data, int64_t count, int root) override {
+    context_.make_current();
+    check(ncclBroadcast(data, data, size_t(count), ncclFloat, root, comm_,
+                        context_.lane_stream()),
+          "broadcast");
+  }
+  void all_reduce_sum_host(double* data, int64_t count) override {
+    const size_t bytes = sizeof(double) * size_t(count);
+    void* device = stage(bytes, data);
+    check(ncclAllReduce(device, device, size_t(count), ncclDouble, ncclSum, comm_,
+                        context_.stream()),
+          "all-reduce");
+    unstage(bytes, data);
+  }
+  void broadcast_host(void* data, int64_t bytes, int root) override {
+    void* device = stage(size_t(bytes), data);
+    check(ncclBroadcast(device, device, size_t(bytes), ncclUint8, root, comm_, context_.stream()),
+          "broadcast");
+    unstage(size_t(bytes), data);
+  }
+
+ private:
+  // Copies host bytes into the staging buffer (grown as needed) on the main stream.
+  void* stage(size_t bytes, const void* host) {
+    context_.require_not_capturing("a collective over host values");
+    context_.make_current();
+    if (bytes > staging_bytes_) {
+      LAMINA_CUDA_CHECK(cudaStreamSynchronize(context_.stream()));
+      if (staging_) LAMINA_CUDA_CHECK(cudaFree(staging_));
+      staging_ = nullptr;
+      LAMINA_CUDA_CHECK(cudaMalloc(&staging_, bytes));
+      staging_bytes_ = bytes;
+    }
+    LAMINA_CUDA_CHECK(
+        cudaMemcpyAsync(staging_, host, bytes, cudaMemcpyHostToDevice, context_.stream()));
+    return staging_;
+  }
+  void unstage(size_t bytes, void* host) {
+    LAMINA_CUDA_CHECK(
+        cudaMemcpyAsync(host, staging_, bytes, cudaMemcpyDeviceToHost, context_.stream()));
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(context_.stream()));
+  }
+
+  CudaContext& context_;
+  ncclComm_t comm_ = nullptr;
+  void* staging_ = nullptr;  // device memory for host collectives
+  size_t staging_bytes_ = 0;
+};
+
+}  // namespace
+
+bool nccl_compiled() { return true; }
+
+NcclId nccl_new_id() {
+  ncclUniqueId unique;
+  check(ncclGetUniqueId(&unique), "id creation");
+  NcclId id;
+  std::memcpy(id.data(), &unique, sizeof(unique));
+  return id;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(int device, int rank, int size,
+                                                     const NcclId& id) {
+  return std::make_unique<NcclCommunicator>(device, rank, size, id);
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(int device, Communicator& host) {
+  NcclId id{};
+  if (host.rank() == 0) id = nccl_new_id();
+  host.broadcast_host(id.data(), int64_t(id.size()), 0);
+  return make_nccl_communicator(device, host.rank(), host.size(), id);
+}
+
+}  // namespace lamina

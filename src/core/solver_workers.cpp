@@ -1,0 +1,115 @@
+// The solver in a data-parallel job (docs/distributed.md): each worker trains its own copy
+// of the net on its share of every batch, the gradient arena is summed over the workers
+// (one all-reduce, in stream order: no host wait) and the update divides by the workers
+// too, so every worker applies the mean gradient of the whole job's batch and the copies
+// stay equal. Host values (displayed losses, test results, actions) are combined only where
+// the solver reads the host anyway.
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "lamina/communicator.hpp"
+#include "lamina/solver.hpp"
+
+namespace lamina {
+namespace {
+
+// The first dimension of the first layer's first top: the batch of one pass.
+int64_t pass_batch(Net& net) {
+  if (net.num_layers() == 0 || net.layer_tops(0).empty()) return 0;
+  const Shape& shape = net.layer_tops(0)[0]->shape();
+  return shape.empty() ? 0 : shape[0];
+}
+
+}  // namespace
+
+int Solver::workers() const { return comm_ ? comm_->size() : 1; }
+int Solver::rank() const { return comm_ ? comm_->rank() : 0; }
+bool Solver::writes_files() const { return rank() == 0; }
+
+void Solver::check_workers_agree(const NetParameter& net_param) {
+  // The device a worker trains on is its own; everything else must be the same.
+  SolverParameter same = param_;
+  same.clear_device_id();
+  require_same_on_all_workers(*comm_, same.ShortDebugString(), "solver");
+  require_same_on_all_workers(*comm_, net_param.ShortDebugString(), "net");
+}
+
+void Solver::join_workers() {
+  const int n = workers(), r = rank();
+  net_->set_worker(r, n);
+  if (test_net_) {
+    LAMINA_REQUIRE(param_.test_iter(0) % n == 0, "test_iter ", param_.test_iter(0),
+                   " does not split evenly over the ", n, " workers; make it a multiple of ", n,
+                   " (each worker runs test_iter / ", n, " batches of its share of the test data)");
+    test_net_->set_worker(r, n);
+  }
+  // Data files of the same size and the same positions in them.
+  std::string positions;
+  for (const Net* net : {net_.get(), test_net_.get()}) {
+    if (!net) continue;
+    for (const auto& [layer, values] : net->layer_states()) {
+      positions += layer + ":";
+      for (int64_t v : values) positions += " " + std::to_string(v);
+      positions += ";";
+    }
+  }
+  require_same_on_all_workers(*comm_, positions, "data set (or data position)");
+  broadcast_weights();
+  const int64_t batch = pass_batch(*net_);
+  LOG(INFO) << "Data-parallel training: " << n << " workers (" << comm_->description()
+            << "), batch " << batch << " per worker, global batch " << batch * n
+            << " (x iter_size " << param_.iter_size() << "); each update applies the mean "
+            << "gradient over the global batch";
+}
+
+void Solver::log_throughput(int iterations, std::chrono::steady_clock::time_point start) {
+  if (iterations <= 0) return;
+  backend_.synchronize();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t global = pass_batch(*net_) * param_.iter_size() * workers();
+  LOG(INFO) << "Trained " << iterations << " iterations in " << seconds << " s: "
+            << (seconds > 0 ? double(global) * iterations / seconds : 0.0)
+            << " samples/s (global batch " << global << " on " << workers() << " worker"
+            << (workers() == 1 ? "" : "s") << ", tests and snapshots included)";
+}
+
+void Solver::broadcast_weights() {
+  if (!comm_ || comm_->size() == 1) return;
+  ParamArena& arena = net_->arena();
+  if (arena.count() == 0) return;
+  comm_->broadcast(arena.data(), arena.count(), 0);
+  for (int k = 0; k < arena.num_state(); ++k) comm_->broadcast(arena.state(k), arena.count(), 0);
+}
+
+void Solver::sum_gradients() {
+  if (!comm_ || comm_->size() == 1 || net_->arena().count() == 0) return;
+  comm_->all_reduce_sum(net_->arena().diff(), net_->arena().count());
+}
+
+void Solver::average_over_workers(float* values, int count) {
+  if (!comm_ || comm_->size() == 1) return;
+  std::vector<double> sums(values, values + count);
+  sums = sum_over_workers(*comm_, sums);
+  for (int i = 0; i < count; ++i) values[i] = float(sums[i] / comm_->size());
+}
+
+SolverAction Solver::agree_on_action(SolverAction local) {
+  pending_action_ = std::max(pending_action_, local);  // kNone < kSnapshot < kStop
+  if (!comm_ || comm_->size() == 1) {
+    const SolverAction now = pending_action_;
+    pending_action_ = SolverAction::kNone;
+    return now;
+  }
+  const int period = backend_.is_host() ? 1 : param_.display() > 0 ? param_.display() : 100;
+  if (iter_ % period != 0) return SolverAction::kNone;
+  const std::vector<double> asked = sum_over_workers(
+      *comm_, {pending_action_ == SolverAction::kSnapshot ? 1.0 : 0.0,
+               pending_action_ == SolverAction::kStop ? 1.0 : 0.0});
+  pending_action_ = SolverAction::kNone;
+  if (asked[1] > 0) return SolverAction::kStop;
+  return asked[0] > 0 ? SolverAction::kSnapshot : SolverAction::kNone;
+}
+
+}  // namespace lamina
