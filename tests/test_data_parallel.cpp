@@ -115,6 +115,22 @@ TEST(DataParallel, TwoWorkersEqualOneWorkerWithTheBatchOfBoth) {
   EXPECT_EQ(mine, first);
 }
 
+// Without random_seed each process would draw its own: worker 0's is the job's.
+TEST(DataParallel, WithoutARandomSeedEveryWorkerTakesWorkerZeros) {
+  REQUIRE_JOB();
+  auto backend = make_backend(g_job.backend);
+  SolverParameter p = sgd(10);
+  p.clear_random_seed();
+  Solver job(p, mlp(32), *backend, {}, g_job.comm);
+  job.step(10);
+  uint64_t seed = job.seed();
+  g_job.comm->broadcast_host(&seed, sizeof(seed), 0);
+  EXPECT_EQ(job.seed(), seed);
+  std::vector<float> mine = weights(job), first = mine;
+  g_job.comm->broadcast_host(first.data(), int64_t(first.size() * sizeof(float)), 0);
+  EXPECT_EQ(mine, first);
+}
+
 TEST(DataParallel, DisplayedLossAndTestOutputsAreThoseOfTheWholeJob) {
   REQUIRE_JOB();
   auto backend = make_backend(g_job.backend);

@@ -3,7 +3,8 @@
 // worker ignoring SIGTERM is SIGKILLed; SIGINT given to the launcher reaches every worker; the
 // workers share a process group of their own, inherit no stray descriptor, and die with a
 // killed launcher. Workers are /bin/sh scripts whose $1 is the test's temporary directory.
-// Time bounds are generous: they tell "stopped by the launcher" from "ran its 1000 s".
+// Time bounds are generous: they tell "stopped by the launcher" from "ran its 60 s", which
+// is long enough for that and short enough that a broken launcher fails a test, not hangs it.
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -27,6 +28,7 @@ namespace lamina::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using Clock = std::chrono::steady_clock;
@@ -121,22 +123,41 @@ TEST_F(LauncherTest, AWorkerThatFinishesFirstWaitsForTheOthers) {
 }
 
 TEST_F(LauncherTest, AFailureStopsTheOthersAndReturnsItsStatus) {
-  WorkerSpec spec = sh_workers({write_pid("sleeper") + "exec sleep 1000",
-                                "while [ ! -f \"$1/sleeper\" ]; do sleep 0.05; done; exit 3"});
-  spec.labels = {"GPU 0", "GPU 1"};
+  // Worker 2 fails once 0 and 1 are running; 1 says whether it was asked to stop (SIGTERM).
+  WorkerSpec spec = sh_workers(
+      {write_pid("sleeper") + "exec sleep 60",
+       "trap 'touch \"$1/terminated\"; exit 0' TERM; " + write_pid("polite") +
+           "while :; do sleep 0.05; done",
+       "while [ ! -f \"$1/sleeper\" ] || [ ! -f \"$1/polite\" ]; do sleep 0.05; done; exit 3"});
+  spec.labels = {"GPU 0", "GPU 1", "GPU 2"};
   const auto start = Clock::now();
   ::testing::internal::CaptureStderr();
   const int status = launch_workers(spec);
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(status, 3);
   EXPECT_LT(seconds_since(start), spec.grace_seconds + 5);
-  EXPECT_THAT(err, HasSubstr("worker 1 (GPU 1) exited with status 3; stopping the other workers"));
+  EXPECT_THAT(err, HasSubstr("worker 2 (GPU 2) exited with status 3; stopping the other workers"));
   EXPECT_THAT(err, Not(HasSubstr("worker 0")));  // stopped by the launcher: not a second report
   EXPECT_FALSE(process_running(read_pid(dir_ / "sleeper")));
+  EXPECT_TRUE(fs::exists(dir_ / "terminated"));
+}
+
+TEST_F(LauncherTest, AFailedWorkersOwnChildrenDoNotOutliveTheLaunch) {
+  // The child ignores SIGTERM and outlives its worker: only the final SIGKILL to the group
+  // ends it.
+  WorkerSpec spec =
+      sh_workers({"(trap '' TERM; exec sleep 60) & echo $! > \"$1/child.tmp\"; "
+                  "mv \"$1/child.tmp\" \"$1/child\"; exit 3"});
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(launch_workers(spec), 3);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              AllOf(HasSubstr("worker 0 exited with status 3"), Not(HasSubstr("stopping"))));
+  const pid_t child = read_pid(dir_ / "child");
+  EXPECT_TRUE(eventually([&] { return !process_running(child); }, 5));
 }
 
 TEST_F(LauncherTest, AWorkerKilledBySignalReturns128PlusTheSignal) {
-  WorkerSpec spec = sh_workers({"sleep 1000", "kill -9 $$"});
+  WorkerSpec spec = sh_workers({"sleep 60", "kill -9 $$"});
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(launch_workers(spec), 128 + 9);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(),
@@ -146,7 +167,7 @@ TEST_F(LauncherTest, AWorkerKilledBySignalReturns128PlusTheSignal) {
 TEST_F(LauncherTest, AWorkerIgnoringSigtermIsKilledAfterTheGrace) {
   // The worker and its own child (the backgrounded sleep) both ignore SIGTERM.
   WorkerSpec spec = sh_workers(
-      {"trap '' TERM; sleep 1000 & echo $! > \"$1/child\"; " + write_pid("stubborn") + "wait",
+      {"trap '' TERM; sleep 60 & echo $! > \"$1/child\"; " + write_pid("stubborn") + "wait",
        "while [ ! -f \"$1/stubborn\" ]; do sleep 0.05; done; exit 4"});
   const auto start = Clock::now();
   ::testing::internal::CaptureStderr();
@@ -177,7 +198,7 @@ TEST_F(LauncherTest, AProgramThatCannotRunIsAFailureNamingItAndTheReason) {
 TEST_F(LauncherTest, SigintToTheLauncherReachesEveryWorker) {
   const std::string worker =
       "trap 'kill $child; echo stopped > \"$1/stopped_$LAMINA_WORKER_RANK\"; exit 0' INT; "
-      "sleep 1000 & child=$!; touch \"$1/ready_$LAMINA_WORKER_RANK\"; wait $child; exit 5";
+      "sleep 60 & child=$!; touch \"$1/ready_$LAMINA_WORKER_RANK\"; wait $child; exit 5";
   WorkerSpec spec = sh_workers({worker, worker});
   std::thread interrupter([&] {
     // Only once both traps are set: before, SIGINT would end a worker (or, with no launcher
@@ -201,7 +222,7 @@ TEST_F(LauncherTest, SigintToTheLauncherReachesEveryWorker) {
 TEST_F(LauncherTest, AWorkerThatOutlivesAForwardedStopIsKilledAfterTheGrace) {
   WorkerSpec spec =
       sh_workers({"trap 'exit 0' INT; touch \"$1/ready_0\"; while :; do sleep 0.05; done",
-                  "trap '' INT; touch \"$1/ready_1\"; sleep 1000"});
+                  "trap '' INT; touch \"$1/ready_1\"; sleep 60"});
   spec.labels = {"GPU 0", "GPU 1"};
   std::thread interrupter([&] {
     if (eventually([&] { return fs::exists(dir_ / "ready_0") && fs::exists(dir_ / "ready_1"); }))
@@ -235,7 +256,7 @@ TEST_F(LauncherTest, WorkersShareAProcessGroupOfTheirOwnAndNoStrayDescriptor) {
 }
 
 TEST_F(LauncherTest, WorkersDieWithAKilledLauncher) {
-  WorkerSpec spec = sh_workers({write_pid("worker") + "exec sleep 1000"});
+  WorkerSpec spec = sh_workers({write_pid("worker") + "exec sleep 60"});
   const pid_t launcher = ::fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) ::_exit(launch_workers(spec));

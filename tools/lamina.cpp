@@ -225,7 +225,12 @@ int train(const TrainOptions& o, int argc, char** argv) {
   if (!o.nonfinite.empty()) param.set_nonfinite(parse_failure("--nonfinite", o.nonfinite));
   if (o.no_cuda_graph) param.set_cuda_graph(false);
   // Several GPUs: this process launches the workers (workers.hpp) and waits for them.
-  if (const std::optional<int> status = lamina::cli::launch_job(o.gpu, argc, argv)) return *status;
+  std::vector<int> stop_signals;
+  for (const auto& [sig, effect] : {std::pair{SIGINT, sigint}, {SIGTERM, sigterm}, {SIGHUP, sighup}})
+    if (effect == Effect::kStop) stop_signals.push_back(sig);
+  if (const std::optional<int> status =
+          lamina::cli::launch_job(o.gpu, argc, argv, stop_signals))
+    return *status;
   const std::string gpu = lamina::cli::gpu_of_this_process(o.gpu);
   if (!param.has_snapshot_prefix()) {
     // As Caffe: snapshots go beside the solver file, named after it.
@@ -266,7 +271,10 @@ int train(const TrainOptions& o, int argc, char** argv) {
   if (solver->stopped_early()) {
     std::cout << "stopped at iteration " << solver->iter();
     if (!solver->last_snapshot().empty()) {
-      std::cout << "; resume with: lamina train --solver " << o.solver_path << " --snapshot "
+      std::cout << "; resume with: "
+                << (lamina::launched_by_mpi() ? "mpirun -np " + std::to_string(solver->workers()) + " "
+                                               : std::string())
+                << "lamina train --solver " << o.solver_path << " --snapshot "
                 << solver->last_snapshot().state;
       if (!o.gpu.empty()) std::cout << " --gpu " << lamina::cli::job_gpu(o.gpu);
     }
@@ -484,10 +492,11 @@ int main(int argc, char** argv) {
     if (*query_cmd) return device_query(count_only, name_of, name_option->count() > 0);
   } catch (const lamina::Error& e) {
     std::cerr << "lamina: error" << lamina::cli::worker_label() << ": " << e.what() << std::endl;
-    lamina::cli::abort_job(e.what());  // under mpirun: the other processes stop too
+    lamina::cli::abort_job();  // under mpirun: the other processes stop too
     return 1;
   } catch (const std::bad_alloc&) {
-    std::cerr << "lamina: error: out of memory\n";
+    std::cerr << "lamina: error" << lamina::cli::worker_label() << ": out of memory" << std::endl;
+    lamina::cli::abort_job();
     return 1;
   }
   return 0;

@@ -21,7 +21,7 @@ namespace {
 constexpr const char* kNcclIdVariable = "LAMINA_NCCL_ID";
 constexpr const char* kJobGpuVariable = "LAMINA_JOB_GPU";
 
-std::string label_;  // worker_label()
+std::string g_label;  // worker_label()
 
 const char* env(const char* name) { return std::getenv(name); }
 
@@ -63,7 +63,8 @@ std::vector<int> listed_devices(const std::string& gpu) {
 
 }  // namespace
 
-std::optional<int> launch_job(const std::string& gpu, int argc, char** argv) {
+std::optional<int> launch_job(const std::string& gpu, int argc, char** argv,
+                              const std::vector<int>& stop_signals) {
   if (is_worker()) return std::nullopt;
   const std::vector<int> devices = listed_devices(gpu);
   if (devices.empty()) return std::nullopt;
@@ -80,6 +81,9 @@ std::optional<int> launch_job(const std::string& gpu, int argc, char** argv) {
   }
   WorkerSpec spec;
   spec.program = "/proc/self/exe";
+  spec.argv0 = argv[0];
+  spec.stop_signals = stop_signals;
+  spec.grace_seconds = 30;  // the workers end together, after worker 0's last snapshot
   spec.env = {{kNcclIdVariable, nccl_id_to_hex(nccl_new_id())}, {kJobGpuVariable, gpu}};
   for (int device : devices) {
     // The same command line with this worker's device.
@@ -113,7 +117,7 @@ std::string gpu_of_this_process(const std::string& gpu) {
   }
   LAMINA_REQUIRE(is_worker() || listed_devices(gpu).empty(), "--gpu ", gpu, " names several "
                  "GPUs; under mpirun give --gpu local");
-  return gpu;
+  return gpu == "all" ? "0" : gpu;  // all of one GPU
 }
 
 std::shared_ptr<Communicator> join_job(Backend& backend, const SolverParameter& param) {
@@ -134,18 +138,18 @@ std::shared_ptr<Communicator> join_job(Backend& backend, const SolverParameter& 
     }
   }
   if (!comm) return nullptr;
-  label_ = " (worker " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size()) + ")";
+  g_label = " (worker " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size()) + ")";
   if (comm->rank() != 0) FLAGS_minloglevel = google::GLOG_WARNING;  // worker 0 logs the job
   return comm;
 }
 
-std::string worker_label() { return label_; }
+std::string worker_label() { return g_label; }
 
 std::string job_gpu(const std::string& own) {
   const char* job = env(kJobGpuVariable);
   return job ? job : own;
 }
 
-void abort_job(const std::string& why) { mpi_abort_job(why); }
+void abort_job() { mpi_abort_job(); }
 
 }  // namespace lamina::cli

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "lamina/backend.hpp"
 #include "lamina/communicator.hpp"
@@ -19,7 +20,9 @@ namespace lamina::cli {
 
 // When --gpu names several GPUs (and this process is neither a worker nor under mpirun):
 // launches the workers and returns the job's exit status. nullopt: this process trains.
-std::optional<int> launch_job(const std::string& gpu, int argc, char** argv);
+// stop_signals: the signals whose effect is to stop (WorkerSpec::stop_signals).
+std::optional<int> launch_job(const std::string& gpu, int argc, char** argv,
+                              const std::vector<int>& stop_signals);
 
 // The single --gpu value this process trains with ("" or "-1" or "N"): --gpu local under
 // mpirun becomes this process's local rank. Other values pass through; a list that reaches
@@ -36,6 +39,6 @@ std::string worker_label();
 // The --gpu value that started the job (a worker's own is one device), for resume hints.
 std::string job_gpu(const std::string& own);
 // Stops the other processes of an MPI job after an error here (no-op otherwise).
-void abort_job(const std::string& why);
+void abort_job();
 
 }  // namespace lamina::cli

@@ -67,9 +67,9 @@ bool launched_by_mpi();
 Communicator& mpi_world();
 // The rank of this process among those of its machine (for --gpu local).
 int mpi_local_rank();
-// Aborts every process of the MPI job with `why` (MPI_Abort); returns only when MPI is not
-// in use.
-void mpi_abort_job(const std::string& why);
+// After an error this process has reported: aborts every process of the MPI job
+// (MPI_Abort); returns only when MPI is not in use.
+void mpi_abort_job();
 
 // ---- NCCL (CUDA builds with LAMINA_USE_NCCL) ----
 bool nccl_compiled();

@@ -64,7 +64,7 @@ class Solver {
   // for training alone. It must outlive the solver; every worker builds its solver with the
   // same files, and they train in step (solver_workers.cpp).
   Solver(const SolverParameter& param, const NetParameter& net_param, Backend& backend,
-         const std::string& source = {}, Communicator* workers = nullptr);
+         const std::string& source = {}, Communicator* comm = nullptr);
   // Reads the solver prototxt and the net it names (relative to the solver file).
   static std::unique_ptr<Solver> from_file(const std::string& solver_path, Backend& backend,
                                            Communicator* workers = nullptr);
@@ -180,6 +180,7 @@ class Solver {
   // snapshot_failure when it cannot be written (and skipping non-finite weights). Returns
   // whether the snapshot is on disk; when not, snapshot_error_ says why.
   bool snapshot_as_configured(const char* why);
+  bool write_snapshot_as_configured(const char* why);  // its part on worker 0
   // "; the last snapshot on disk is 'P' (iteration N)", or "; no snapshot is on disk".
   std::string last_snapshot_note() const;
   // Refuses, before training, a run whose snapshots would overwrite a protected file.

@@ -31,8 +31,8 @@ float TestResult::value(const std::string& name) const {
 }
 
 Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Backend& backend,
-               const std::string& source, Communicator* workers)
-    : param_(param), backend_(backend), comm_(workers) {
+               const std::string& source, Communicator* comm)
+    : param_(param), backend_(backend), comm_(comm) {
   check_solver_parameter(param, {}, TestRunner::kCaller);  // the caller may run test() itself
   args_.rule = parse_solver_type(param);
   if (param.has_solver_mode()) {
@@ -54,9 +54,9 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   seed_ = comm_ ? broadcast_value(*comm_, seed) : seed;  // worker 0's: the same data order
   if (param.random_seed() < 0) LOG(INFO) << "random_seed not set; using " << seed_;
   if (comm_) check_workers_agree(net_param);
-  net_ = std::make_unique<Net>(net_param, TRAIN, backend, seed, nullptr, source);
+  net_ = std::make_unique<Net>(net_param, TRAIN, backend, seed_, nullptr, source);
   if (param.test_iter_size() == 1) {
-    test_net_ = std::make_unique<Net>(net_param, TEST, backend, seed + 1, net_->arena_handle(),
+    test_net_ = std::make_unique<Net>(net_param, TEST, backend, seed_ + 1, net_->arena_handle(),
                                       source);
     const int64_t outputs = [&] {
       int64_t n = 0;
@@ -88,7 +88,7 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
     backend.copy_from_host(stepvalues_.bytes(), param_.stepvalue().data(), stepvalues_.get());
   schedule_.lr.stepvalues = stepvalues_.as<int32_t>();
   // The mean gradient: over iter_size passes and, summed by sum_gradients, over the workers.
-  schedule_.iter_scale = 1.0f / (float(param_.iter_size()) * float(this->workers()));
+  schedule_.iter_scale = 1.0f / (float(param_.iter_size()) * float(workers()));
   schedule_.clip = param_.clip_gradients();
   schedule_.adam = adam;
   schedule_.beta1 = args_.momentum;
@@ -159,6 +159,7 @@ void Solver::solve() {
   }
   rate_reference_iter_ = iter_;
   rate_reference_time_ = std::chrono::steady_clock::now();
+  broadcast_weights();  // worker 0's, also when they were loaded after construction
   const int first_iter = iter_;
   const auto start = std::chrono::steady_clock::now();
   step(param_.max_iter() - iter_);

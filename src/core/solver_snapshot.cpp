@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "lamina/communicator.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina/solver.hpp"
 #include "lamina/solver_state.hpp"
@@ -76,7 +77,24 @@ std::string Solver::last_snapshot_note() const {
 
 bool Solver::snapshot_as_configured(const char* why) {
   if (!last_snapshot_.empty() && last_snapshot_iter_ == iter_) return true;  // just written
-  if (!writes_files()) return true;  // worker 0 writes the job's snapshots
+  if (!comm_) return write_snapshot_as_configured(why);
+  // Worker 0 writes the job's snapshot; every worker waits for it and learns whether it is
+  // on disk (so none of them exits while worker 0 still writes).
+  const bool saved = writes_files() ? write_snapshot_as_configured(why) : true;
+  const bool all = broadcast_value(*comm_, saved ? 1 : 0) == 1;
+  if (writes_files()) return all;
+  if (!all) {
+    snapshot_error_ = "worker 0 could not write it (its log says why)";
+    return false;
+  }
+  // The job's snapshot, as on worker 0 (so "just written" holds on every worker alike).
+  const std::string base = snapshot_stem(param_.snapshot_prefix(), iter_);
+  last_snapshot_ = SnapshotPaths{base + ".lamina", base + ".solverstate"};
+  last_snapshot_iter_ = iter_;
+  return true;
+}
+
+bool Solver::write_snapshot_as_configured(const char* why) {
   try {
     snapshot();
     return true;

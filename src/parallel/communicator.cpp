@@ -2,8 +2,9 @@
 // Communicator: start-up consistency, values only worker 0 chooses, sums of host values.
 #include "lamina/communicator.hpp"
 
+#include <zlib.h>
+
 #include <cstdlib>
-#include <functional>
 
 #include "lamina/common.hpp"
 
@@ -53,7 +54,9 @@ void require_same_on_all_workers(Communicator& comm, const std::string& what,
                                  const std::string& label) {
   // Worker 0's length and hash, then each worker's verdict at its own rank: every worker
   // learns who differs, so all of them stop with the same message.
-  uint64_t mine[2] = {uint64_t(what.size()), std::hash<std::string>{}(what)};
+  // The same on every machine and build (std::hash is not).
+  const uint64_t crc = crc32(0L, reinterpret_cast<const Bytef*>(what.data()), uInt(what.size()));
+  uint64_t mine[2] = {uint64_t(what.size()), crc};
   uint64_t first[2] = {mine[0], mine[1]};
   comm.broadcast_host(first, sizeof(first), 0);
   std::vector<double> differs(comm.size(), 0.0);

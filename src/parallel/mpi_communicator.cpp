@@ -108,14 +108,14 @@ int mpi_local_rank() {
   return rank;
 }
 
-void mpi_abort_job(const std::string& why) {
+void mpi_abort_job() {
   int ready = 0, finalized = 0;
   MPI_Initialized(&ready);
   MPI_Finalized(&finalized);
   if (!ready || finalized) return;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "lamina: worker %d failed, stopping the job: %s\n", rank, why.c_str());
+  std::fprintf(stderr, "lamina: worker %d failed; stopping every process of the job\n", rank);
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }

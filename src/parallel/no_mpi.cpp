@@ -16,6 +16,6 @@ namespace {
 bool mpi_compiled() { return false; }
 Communicator& mpi_world() { no_mpi(); }
 int mpi_local_rank() { no_mpi(); }
-void mpi_abort_job(const std::string&) {}
+void mpi_abort_job() {}
 
 }  // namespace lamina

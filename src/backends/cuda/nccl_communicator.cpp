@@ -45,14 +45,12 @@ class NcclCommunicator final : public Communicator {
   }
   void all_reduce_sum(float* data, int64_t count) override {
     context_.make_current();
-    check(ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_,
-                        context_.lane_stream()),
+    check(ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_, context_.stream()),
           "all-reduce");
   }
   void broadcast(float* data, int64_t count, int root) override {
     context_.make_current();
-    check(ncclBroadcast(data, data, size_t(count), ncclFloat, root, comm_,
-                        context_.lane_stream()),
+    check(ncclBroadcast(data, data, size_t(count), ncclFloat, root, comm_, context_.stream()),
           "broadcast");
   }
   void all_reduce_sum_host(double* data, int64_t count) override {
