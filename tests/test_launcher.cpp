@@ -2,7 +2,8 @@
 // a program that cannot run) stops the others within the grace and returns its status; a
 // worker ignoring SIGTERM is SIGKILLed; SIGINT given to the launcher reaches every worker; the
 // workers share a process group of their own, inherit no stray descriptor, and die with a
-// killed launcher. Workers are /bin/sh scripts whose $1 is the test's temporary directory.
+// killed launcher. Workers are /bin/sh scripts whose $1 is the test's temporary directory, and
+// once this test program itself (a worker mode, below).
 // Time bounds are generous: they tell "stopped by the launcher" from "ran its 60 s", which
 // is long enough for that and short enough that a broken launcher fails a test, not hangs it.
 #include <fcntl.h>
@@ -66,6 +67,52 @@ std::string read_text(const fs::path& path) {
 
 pid_t read_pid(const fs::path& path) { return pid_t(std::atol(read_text(path).c_str())); }
 
+// Worker mode: this test program, run by launch_workers as "/proc/self/exe" (the way the
+// lamina tool runs itself) with LAMINA_TEST_SIGHUP_WORKER set to a directory, takes SIGHUP with
+// a handler of its own, as `lamina train` does even where its parent ignored SIGHUP: it writes
+// ready_RANK, then hup_RANK when the signal comes, and exits 0 (7 when none came in 60 s).
+volatile sig_atomic_t g_worker_got_hup = 0;
+extern "C" void on_worker_hup(int) { g_worker_got_hup = 1; }
+
+[[noreturn]] void run_sighup_worker(const std::string& dir) {
+  struct sigaction action {};
+  action.sa_handler = on_worker_hup;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGHUP, &action, nullptr);
+  const std::string rank = std::getenv("LAMINA_WORKER_RANK");
+  std::ofstream(dir + "/ready_" + rank) << "ready";
+  for (int i = 0; i < 6000 && !g_worker_got_hup; ++i) ::usleep(10 * 1000);
+  if (!g_worker_got_hup) ::_exit(7);
+  std::ofstream(dir + "/hup_" + rank) << "hup";
+  ::_exit(0);
+}
+
+// Before gtest's main: a worker never runs the tests.
+const bool kIsSighupWorker = [] {
+  if (const char* dir = std::getenv("LAMINA_TEST_SIGHUP_WORKER")) run_sighup_worker(dir);
+  return false;
+}();
+
+// 60 s of 50 ms sleeps: a shell running it takes a trapped signal within 50 ms, where a
+// foreground `sleep 60` would delay its trap until the sleep ends.
+const std::string kPoll60 = "i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done";
+
+// SIGINT at its default for the test's duration: a background job of a script (ctest &)
+// starts with SIGINT ignored, which its workers would inherit and sh could not trap.
+class DefaultSigint {
+ public:
+  DefaultSigint() {
+    struct sigaction action {};
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &previous_);
+  }
+  ~DefaultSigint() { ::sigaction(SIGINT, &previous_, nullptr); }
+
+ private:
+  struct sigaction previous_ {};
+};
+
 class LauncherTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -126,8 +173,7 @@ TEST_F(LauncherTest, AFailureStopsTheOthersAndReturnsItsStatus) {
   // Worker 2 fails once 0 and 1 are running; 1 says whether it was asked to stop (SIGTERM).
   WorkerSpec spec = sh_workers(
       {write_pid("sleeper") + "exec sleep 60",
-       "trap 'touch \"$1/terminated\"; exit 0' TERM; " + write_pid("polite") +
-           "while :; do sleep 0.05; done",
+       "trap 'touch \"$1/terminated\"; exit 0' TERM; " + write_pid("polite") + kPoll60,
        "while [ ! -f \"$1/sleeper\" ] || [ ! -f \"$1/polite\" ]; do sleep 0.05; done; exit 3"});
   spec.labels = {"GPU 0", "GPU 1", "GPU 2"};
   const auto start = Clock::now();
@@ -196,6 +242,7 @@ TEST_F(LauncherTest, AProgramThatCannotRunIsAFailureNamingItAndTheReason) {
 }
 
 TEST_F(LauncherTest, SigintToTheLauncherReachesEveryWorker) {
+  DefaultSigint default_sigint;
   const std::string worker =
       "trap 'kill $child; echo stopped > \"$1/stopped_$LAMINA_WORKER_RANK\"; exit 0' INT; "
       "sleep 60 & child=$!; touch \"$1/ready_$LAMINA_WORKER_RANK\"; wait $child; exit 5";
@@ -220,9 +267,9 @@ TEST_F(LauncherTest, SigintToTheLauncherReachesEveryWorker) {
 }
 
 TEST_F(LauncherTest, AWorkerThatOutlivesAForwardedStopIsKilledAfterTheGrace) {
-  WorkerSpec spec =
-      sh_workers({"trap 'exit 0' INT; touch \"$1/ready_0\"; while :; do sleep 0.05; done",
-                  "trap '' INT; touch \"$1/ready_1\"; sleep 60"});
+  DefaultSigint default_sigint;
+  WorkerSpec spec = sh_workers({"trap 'exit 0' INT; touch \"$1/ready_0\"; " + kPoll60,
+                                "trap '' INT; touch \"$1/ready_1\"; sleep 60"});
   spec.labels = {"GPU 0", "GPU 1"};
   std::thread interrupter([&] {
     if (eventually([&] { return fs::exists(dir_ / "ready_0") && fs::exists(dir_ / "ready_1"); }))
@@ -236,6 +283,47 @@ TEST_F(LauncherTest, AWorkerThatOutlivesAForwardedStopIsKilledAfterTheGrace) {
   EXPECT_EQ(status, 128 + SIGKILL);
   EXPECT_LT(seconds_since(start), spec.grace_seconds + 8);
   EXPECT_THAT(err, HasSubstr("worker 1 (GPU 1) had not stopped 1 s after worker 0 (GPU 0) did"));
+}
+
+TEST_F(LauncherTest, SighupIsForwardedEvenWhereTheCallerIgnoresIt) {
+  struct sigaction ignore {};
+  struct sigaction previous_hup {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGHUP, &ignore, &previous_hup);  // as nohup does
+  WorkerSpec spec;
+  spec.program = "/proc/self/exe";
+  spec.args = {{}, {}};
+  spec.env = {{"LAMINA_TEST_SIGHUP_WORKER", dir_.string()}};
+  std::thread hangup([&] {
+    if (eventually([&] { return fs::exists(dir_ / "ready_0") && fs::exists(dir_ / "ready_1"); }))
+      ::kill(::getpid(), SIGHUP);
+  });
+  const int status = launch_workers(spec);
+  hangup.join();
+  ::sigaction(SIGHUP, &previous_hup, nullptr);
+  EXPECT_EQ(status, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "hup_0"));
+  EXPECT_TRUE(fs::exists(dir_ / "hup_1"));
+}
+
+TEST_F(LauncherTest, WorkersStartWithTheCallersSignalDispositions) {
+  DefaultSigint default_sigint;
+  struct sigaction ignore {};
+  struct sigaction previous_hup {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGHUP, &ignore, &previous_hup);
+  const int status = launch_workers(
+      sh_workers({"sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status > \"$1/ignored\""}));
+  struct sigaction hup_after {};
+  ::sigaction(SIGHUP, &previous_hup, &hup_after);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(hup_after.sa_handler, SIG_IGN);  // the caller's disposition is back
+  const unsigned long long ignored = std::stoull(read_text(dir_ / "ignored"), nullptr, 16);
+  EXPECT_TRUE(ignored & (1ull << (SIGHUP - 1))) << "SigIgn " << std::hex << ignored;
+  EXPECT_FALSE(ignored & (1ull << (SIGINT - 1))) << "SigIgn " << std::hex << ignored;
+  EXPECT_FALSE(ignored & (1ull << (SIGTERM - 1))) << "SigIgn " << std::hex << ignored;
 }
 
 TEST_F(LauncherTest, WorkersShareAProcessGroupOfTheirOwnAndNoStrayDescriptor) {

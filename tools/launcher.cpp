@@ -4,7 +4,8 @@
 //   1. Everything a child needs between fork and exec (argv, envp, the signal mask to restore)
 //      is built before fork: the child only makes async-signal-safe calls.
 //   2. The forwarded signals are blocked while forking, so a child never runs the launcher's
-//      handler; each child resets them to SIG_DFL and restores the caller's mask before exec.
+//      handler; each child gives them the dispositions a plain exec from the caller would
+//      (ignored stays ignored, anything else is SIG_DFL) and restores the caller's mask.
 //   3. Each child reports a failed setup or exec through a close-on-exec pipe (8 bytes: step
 //      and errno; end of file means exec succeeded), read when the child's exit is seen.
 //   4. The supervising loop polls every 20 ms: forward recorded signals, observe exits
@@ -56,8 +57,9 @@ int forwarded_index(int sig) { return sig == SIGINT ? 0 : sig == SIGTERM ? 1 : 2
 
 extern "C" void record_signal(int sig) { g_received[forwarded_index(sig)].fetch_add(1); }
 
-// Installs record_signal for the forwarded signals the caller does not ignore, and makes the
-// workers' exit statuses collectable (SIGCHLD ignored, or SA_NOCLDWAIT, would reap them
+// Installs record_signal for the forwarded signals, also where the caller ignores them (a
+// script's background job ignores SIGINT; `lamina train` alone would still take it), and makes
+// the workers' exit statuses collectable (SIGCHLD ignored, or SA_NOCLDWAIT, would reap them
 // automatically); restores all of it on destruction.
 class SignalForwarding {
  public:
@@ -65,13 +67,11 @@ class SignalForwarding {
     for (int i = 0; i < kForwardedCount; ++i) {
       g_received[i].store(0);
       sigaction(kForwarded[i], nullptr, &previous_[i]);
-      if (previous_[i].sa_handler == SIG_IGN) continue;
       struct sigaction action {};
       action.sa_handler = record_signal;
       sigemptyset(&action.sa_mask);
       action.sa_flags = SA_RESTART;
       sigaction(kForwarded[i], &action, nullptr);
-      installed_[i] = true;
     }
     sigaction(SIGCHLD, nullptr, &previous_sigchld_);
     if (previous_sigchld_.sa_handler == SIG_IGN || (previous_sigchld_.sa_flags & SA_NOCLDWAIT)) {
@@ -83,14 +83,14 @@ class SignalForwarding {
     }
   }
   ~SignalForwarding() {
-    for (int i = 0; i < kForwardedCount; ++i)
-      if (installed_[i]) sigaction(kForwarded[i], &previous_[i], nullptr);
+    for (int i = 0; i < kForwardedCount; ++i) sigaction(kForwarded[i], &previous_[i], nullptr);
     if (sigchld_changed_) sigaction(SIGCHLD, &previous_sigchld_, nullptr);
   }
   SignalForwarding(const SignalForwarding&) = delete;
   SignalForwarding& operator=(const SignalForwarding&) = delete;
 
-  bool installed(int i) const { return installed_[i]; }
+  // Whether the caller ignored kForwarded[i] (SIG_IGN), as the workers will.
+  bool caller_ignores(int i) const { return previous_[i].sa_handler == SIG_IGN; }
 
   // The signals received since the last call, each as many times as it arrived.
   std::vector<int> take_received() {
@@ -103,7 +103,6 @@ class SignalForwarding {
 
  private:
   struct sigaction previous_[kForwardedCount] {};
-  bool installed_[kForwardedCount] = {};
   struct sigaction previous_sigchld_ {};
   bool sigchld_changed_ = false;
 };
@@ -181,11 +180,12 @@ void close_inherited_descriptors(int keep, int max_fd) {
   if (::setpgid(0, plan.pgid) != 0) report_child_failure(fd, ChildStep::kJoinGroup);
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) report_child_failure(fd, ChildStep::kDeathSignal);
   if (::getppid() != plan.parent) ::_exit(1);  // the launcher died before prctl took effect
-  struct sigaction default_action {};
-  default_action.sa_handler = SIG_DFL;
-  sigemptyset(&default_action.sa_mask);
-  for (int i = 0; i < kForwardedCount; ++i)
-    if (plan.forwarding->installed(i)) ::sigaction(kForwarded[i], &default_action, nullptr);
+  for (int i = 0; i < kForwardedCount; ++i) {
+    struct sigaction action {};
+    action.sa_handler = plan.forwarding->caller_ignores(i) ? SIG_IGN : SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(kForwarded[i], &action, nullptr);
+  }
   ::sigprocmask(SIG_SETMASK, plan.caller_mask, nullptr);
   close_inherited_descriptors(plan.status_fd, plan.max_fd);
   ::execve(plan.program, plan.argv, plan.envp);

@@ -58,10 +58,13 @@ struct WorkerSpec {
 //
 // SIGINT, SIGTERM and SIGHUP received by the launcher while it waits are forwarded to every
 // worker, each signal once (a second Ctrl-C is forwarded too: lamina workers then quit
-// without waiting for their snapshot). A signal the caller ignores (SIG_IGN, as nohup sets
-// SIGHUP) stays ignored and is not forwarded. The caller's handlers and signal mask are
-// restored before returning, also when a lamina::Error is thrown (a spec mistake, or no
-// process could be created: the workers already started are then killed and reaped).
+// without waiting for their snapshot). They are forwarded also where the caller ignores them
+// (a script's background job ignores SIGINT; nohup, SIGHUP), as `lamina train` alone would
+// take them; the workers start with the caller's dispositions (ignored stays ignored until a
+// worker installs its own handler). A forwarded signal is consumed: launch_workers returns
+// the workers' status. The caller's handlers and signal mask are restored before returning,
+// also when a lamina::Error is thrown (a spec mistake, or no process could be created: the
+// workers already started are then killed and reaped).
 //
 // Call it from a thread that outlives the workers, normally the main thread: the workers'
 // PR_SET_PDEATHSIG fires when the thread that forked them ends. One call at a time per
