@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -82,18 +81,15 @@ SolverParameter sgd(int max_iter) {
   return p;
 }
 
-// ||a - b|| / ||b||
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += double(a[i] - b[i]) * (a[i] - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 std::vector<float> weights(Solver& solver) {
   return solver.net().arena().to_host(solver.net().arena().data());
+}
+
+// Every worker holds worker 0's weights, bit for bit.
+void expect_worker_zeros_weights(Solver& job) {
+  std::vector<float> mine = weights(job), first = mine;
+  g_job.comm->broadcast_host(first.data(), int64_t(first.size() * sizeof(float)), 0);
+  EXPECT_EQ(mine, first);
 }
 
 TEST(DataParallel, TwoWorkersEqualOneWorkerWithTheBatchOfBoth) {
@@ -105,14 +101,11 @@ TEST(DataParallel, TwoWorkersEqualOneWorkerWithTheBatchOfBoth) {
   job.step(100);
   Solver alone(sgd(100), mlp(32 * n), *backend);
   alone.step(100);
-  const double rel = relative_difference(weights(job), weights(alone));
+  const double rel = testing::normalized_error(weights(job), weights(alone));
   std::cout << "[worker " << g_job.comm->rank() << "] " << n << " workers x batch 32 vs 1 x "
             << 32 * n << ", 100 iterations: relative difference of the weights " << rel << "\n";
   EXPECT_LT(rel, 1e-5);
-  // Every worker holds the same weights, bit for bit.
-  std::vector<float> mine = weights(job), first = mine;
-  g_job.comm->broadcast_host(first.data(), int64_t(first.size() * sizeof(float)), 0);
-  EXPECT_EQ(mine, first);
+  expect_worker_zeros_weights(job);
 }
 
 // Without random_seed each process would draw its own: worker 0's is the job's.
@@ -126,9 +119,7 @@ TEST(DataParallel, WithoutARandomSeedEveryWorkerTakesWorkerZeros) {
   uint64_t seed = job.seed();
   g_job.comm->broadcast_host(&seed, sizeof(seed), 0);
   EXPECT_EQ(job.seed(), seed);
-  std::vector<float> mine = weights(job), first = mine;
-  g_job.comm->broadcast_host(first.data(), int64_t(first.size() * sizeof(float)), 0);
-  EXPECT_EQ(mine, first);
+  expect_worker_zeros_weights(job);
 }
 
 TEST(DataParallel, DisplayedLossAndTestOutputsAreThoseOfTheWholeJob) {
@@ -257,9 +248,9 @@ int main(int argc, char** argv) {
       g_job.comm = &mpi_world();
       g_job.backend = "cpu";
     }
-  } else if (const char* rank = std::getenv("LAMINA_WORKER_RANK")) {
+  } else if (const char* rank = std::getenv(cli::kWorkerRankVariable)) {
     const int r = std::atoi(rank);
-    nccl = make_nccl_communicator(r, r, std::atoi(std::getenv("LAMINA_WORKERS")),
+    nccl = make_nccl_communicator(r, r, std::atoi(std::getenv(cli::kWorkerCountVariable)),
                                   nccl_id_from_hex(std::getenv("LAMINA_NCCL_ID")));
     g_job.comm = nccl.get();
     g_job.backend = "cuda:" + std::to_string(r);

@@ -329,8 +329,8 @@ int launch_workers(const WorkerSpec& spec) {
     argv_strings[r].push_back(spec.argv0.empty() ? spec.program : spec.argv0);
     argv_strings[r].insert(argv_strings[r].end(), spec.args[r].begin(), spec.args[r].end());
     auto additions = spec.env;
-    additions.emplace_back("LAMINA_WORKER_RANK", std::to_string(r));
-    additions.emplace_back("LAMINA_WORKERS", std::to_string(n));
+    additions.emplace_back(kWorkerRankVariable, std::to_string(r));
+    additions.emplace_back(kWorkerCountVariable, std::to_string(n));
     env_strings[r] = worker_environment(additions);
     argv[r] = c_array(argv_strings[r]);
     envp[r] = c_array(env_strings[r]);

@@ -24,6 +24,10 @@
 
 namespace lamina::cli {
 
+// What launch_workers adds to worker r's environment: its rank and the worker count.
+constexpr const char* kWorkerRankVariable = "LAMINA_WORKER_RANK";
+constexpr const char* kWorkerCountVariable = "LAMINA_WORKERS";
+
 struct WorkerSpec {
   // Path of the executable each worker runs (the lamina tool passes "/proc/self/exe").
   std::string program;

@@ -25,7 +25,7 @@ std::string g_label;  // worker_label()
 
 const char* env(const char* name) { return std::getenv(name); }
 
-bool is_worker() { return env("LAMINA_WORKER_RANK") != nullptr; }
+bool is_worker() { return env(kWorkerRankVariable) != nullptr; }
 
 int env_int(const char* name) {
   const char* value = env(name);
@@ -127,8 +127,8 @@ std::shared_ptr<Communicator> join_job(Backend& backend, const SolverParameter& 
     const char* id = env(kNcclIdVariable);
     LAMINA_REQUIRE(id, "the environment variable ", kNcclIdVariable, " is not set; it is set "
                    "by `lamina train --gpu 0,1` for its workers");
-    comm = make_nccl_communicator(param.device_id(), env_int("LAMINA_WORKER_RANK"),
-                                  env_int("LAMINA_WORKERS"), nccl_id_from_hex(id));
+    comm = make_nccl_communicator(param.device_id(), env_int(kWorkerRankVariable),
+                                  env_int(kWorkerCountVariable), nccl_id_from_hex(id));
   } else if (launched_by_mpi()) {
     Communicator& world = mpi_world();
     if (backend.is_host()) {

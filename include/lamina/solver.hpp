@@ -206,6 +206,8 @@ class Solver {
   // iterations or every 100); kNone between them.
   SolverAction agree_on_action(SolverAction local);
   bool writes_files() const;  // rank 0, or training alone
+  // This worker's forward passes of a test: its share of test_iter.
+  int test_passes() const { return param_.test_iter(0) / workers(); }
   // "Trained N iterations in T s: X samples/s (...)", for the whole job (after a wait for
   // the device).
   void log_throughput(int iterations, std::chrono::steady_clock::time_point start);

@@ -343,7 +343,7 @@ void Solver::apply_update() {
 void Solver::run_test_passes() {
   float* sums = test_sums_.as<float>();
   backend_.zero(test_sums_.bytes(), sums);
-  const int iters = param_.test_iter(0) / workers();  // this worker's share
+  const int iters = test_passes();
   for (int i = 0; i < iters; ++i) {
     try {
       test_net_->forward();
@@ -376,7 +376,7 @@ TestResult Solver::test() {
     const int64_t count = test_net_->blob(name).count();
     for (int64_t k = 0; k < count; ++k) {
       const std::string label = count == 1 ? name : name + "[" + std::to_string(k) + "]";
-      result.outputs.push_back({label, host[offset + k] / (param_.test_iter(0) / workers())});
+      result.outputs.push_back({label, host[offset + k] / test_passes()});
       LOG(INFO) << "Test at iteration " << iter_ << ": " << label << " = "
                 << result.outputs.back().second;
     }

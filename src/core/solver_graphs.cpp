@@ -45,7 +45,7 @@ bool Solver::replay_step() {
 
 bool Solver::replay_test() {
   if (!graphs_ || !test_warm_) return false;
-  return replay(*test_net_, param_.test_iter(0) / workers(), "the test", test_graph_, test_graph_generation_,
+  return replay(*test_net_, test_passes(), "the test", test_graph_, test_graph_generation_,
                 [this] { run_test_passes(); });
 }
 

@@ -37,13 +37,6 @@ void Solver::check_workers_agree(const NetParameter& net_param) {
 
 void Solver::join_workers() {
   const int n = workers(), r = rank();
-  for (int i = 0; i < net_->num_layers(); ++i) {
-    // Its running statistics live in the arena but come from each worker's own batches.
-    LAMINA_REQUIRE(net_->layer(i).type() != "BatchNorm", "layer '", net_->layer(i).name(),
-                   "' (BatchNorm): data-parallel training of nets with BatchNorm is not "
-                   "supported yet (each worker's running statistics would drift apart); train "
-                   "this net on one device");
-  }
   net_->set_worker(r, n);
   if (test_net_) {
     LAMINA_REQUIRE(param_.test_iter(0) % n == 0, "test_iter ", param_.test_iter(0),

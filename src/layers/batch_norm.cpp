@@ -31,6 +31,14 @@ namespace {
 
 class BatchNormLayer : public Layer {
  public:
+  // Its running statistics live in the arena but would come from each worker's own
+  // batches and drift apart between the workers: not supported yet.
+  bool set_worker(int /*rank*/, int workers) override {
+    LAMINA_REQUIRE(workers == 1, where(), "data-parallel training of nets with BatchNorm is "
+                   "not supported yet (each worker's running statistics would drift apart); "
+                   "train this net on one device");
+    return true;
+  }
   using Layer::Layer;
   std::vector<std::string> parameter_messages() const override { return {"batch_norm_param"}; }
   bool supports_in_place() const override { return true; }

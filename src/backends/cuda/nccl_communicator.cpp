@@ -35,10 +35,7 @@ class NcclCommunicator final : public Communicator {
     std::memcpy(&unique, id.data(), sizeof(unique));
     check(ncclCommInitRank(&comm_, size, unique, rank), "communicator set-up");
   }
-  ~NcclCommunicator() override {
-    if (staging_) cudaFree(staging_);
-    ncclCommDestroy(comm_);
-  }
+  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
 
   std::string description() const override {
     return "NCCL, " + std::to_string(size()) + " worker" + (size() == 1 ? "" : "s");
@@ -59,41 +56,35 @@ class NcclCommunicator final : public Communicator {
     check(ncclAllReduce(device, device, size_t(count), ncclDouble, ncclSum, comm_,
                         context_.stream()),
           "all-reduce");
-    unstage(bytes, data);
+    unstage(bytes, device, data);
   }
   void broadcast_host(void* data, int64_t bytes, int root) override {
     void* device = stage(size_t(bytes), data);
     check(ncclBroadcast(device, device, size_t(bytes), ncclUint8, root, comm_, context_.stream()),
           "broadcast");
-    unstage(size_t(bytes), data);
+    unstage(size_t(bytes), device, data);
   }
 
  private:
-  // Copies host bytes into the staging buffer (grown as needed) on the main stream.
+  // Copies host bytes into the main lane's workspace (scratch of one operation: this
+  // collective, which waits for itself in unstage).
   void* stage(size_t bytes, const void* host) {
     context_.require_not_capturing("a collective over host values");
+    context_.require_main_lane("a collective over host values");
     context_.make_current();
-    if (bytes > staging_bytes_) {
-      LAMINA_CUDA_CHECK(cudaStreamSynchronize(context_.stream()));
-      if (staging_) LAMINA_CUDA_CHECK(cudaFree(staging_));
-      staging_ = nullptr;
-      LAMINA_CUDA_CHECK(cudaMalloc(&staging_, bytes));
-      staging_bytes_ = bytes;
-    }
+    void* device = context_.workspace(bytes);
     LAMINA_CUDA_CHECK(
-        cudaMemcpyAsync(staging_, host, bytes, cudaMemcpyHostToDevice, context_.stream()));
-    return staging_;
+        cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, context_.stream()));
+    return device;
   }
-  void unstage(size_t bytes, void* host) {
+  void unstage(size_t bytes, const void* device, void* host) {
     LAMINA_CUDA_CHECK(
-        cudaMemcpyAsync(host, staging_, bytes, cudaMemcpyDeviceToHost, context_.stream()));
+        cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, context_.stream()));
     LAMINA_CUDA_CHECK(cudaStreamSynchronize(context_.stream()));
   }
 
   CudaContext& context_;
   ncclComm_t comm_ = nullptr;
-  void* staging_ = nullptr;  // device memory for host collectives
-  size_t staging_bytes_ = 0;
 };
 
 }  // namespace
