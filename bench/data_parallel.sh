@@ -45,6 +45,8 @@ run() {  # label log gpu solver [launcher...]
 
 make_solver wide1 mlp 4096 1024 290 0   # 5 epochs at a global batch of 1024
 make_solver wide2 mlp 4096 1024 145 0   # 5 epochs at 2048
+make_solver wide2one mlp 4096 1024 145 0  # the same, the gradient in one all-reduce
+echo "gradient_bucket_mb: 1000" >> "$work/wide2one_solver.prototxt"
 make_solver mlp1 mlp 512 64 14055 1     # 15 epochs at 64
 make_solver mlp2 mlp 512 64 7028 1      # 15 epochs at 128
 make_solver lenet1 lenet 512 64 10000 1
@@ -53,6 +55,9 @@ make_solver lenet2 lenet 512 64 5000 1
 echo "== Lamina (lamina train), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 run "wide MLP b1024/GPU, 1 GPU" wide1.log 0 "$work/wide1_solver.prototxt"
 run "wide MLP b1024/GPU, 2 GPUs" wide2.log 0,1 "$work/wide2_solver.prototxt"
+run "wide MLP, 2 GPUs, one all-reduce after backward" wide2one.log 0,1 \
+    "$work/wide2one_solver.prototxt"
+grep -o "gradients summed in .*" "$out/wide2.log" "$out/wide2one.log" | head -2
 run "MNIST MLP b64/GPU, 1 GPU" mlp1.log 0 "$work/mlp1_solver.prototxt"
 run "MNIST MLP b64/GPU, 2 GPUs" mlp2.log 0,1 "$work/mlp2_solver.prototxt"
 run "LeNet b64/GPU, 1 GPU" lenet1.log 0 "$work/lenet1_solver.prototxt"

@@ -785,7 +785,7 @@ TEST_F(CudaBackendTest, OneContextPerDevice) {
   const CudaDiagnostics d = cuda_diagnostics();
   // This test binary only uses device 0.
   EXPECT_EQ(d.contexts_created, 1);
-  EXPECT_EQ(d.streams_created, 2) << "the main stream and the side lane's";
+  EXPECT_EQ(d.streams_created, 3) << "main, side lane, collective lane";
   EXPECT_EQ(d.blas_handles_created, 2) << "one per stream";
   EXPECT_LE(d.dnn_handles_created, 2) << "one per stream";
 }

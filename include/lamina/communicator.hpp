@@ -5,10 +5,11 @@
 //
 //   MPI     make_mpi_communicator(): the processes mpirun started, over host memory (the
 //           Native backend's).
-//   NCCL    make_nccl_communicator(): GPU workers, over device memory, on the device's main
-//           stream (in stream order: nothing waits for the host, and a CUDA graph can
-//           capture the gradient all-reduce). Set up through MPI (mpirun) or from an id the
-//           launcher of `lamina train --gpu 0,1` hands each worker.
+//   NCCL    make_nccl_communicator(): GPU workers, over device memory, in stream order (on
+//           the device's main stream, or beside it for the gradient buckets): nothing waits
+//           for the host, and a CUDA graph can capture the gradient all-reduces. Set up
+//           through MPI (mpirun) or from an id the launcher of `lamina train --gpu 0,1`
+//           hands each worker.
 //
 // Every worker calls every collective in the same order (a collective one worker skips
 // hangs the others; the launcher or mpirun then stops the job: docs/distributed.md).
@@ -36,6 +37,16 @@ class Communicator {
   virtual void all_reduce_sum(float* data, int64_t count) = 0;
   // Every worker's `count` floats become root's.
   virtual void broadcast(float* data, int64_t count, int root) = 0;
+
+  // ---- the gradient all-reduce beside the backward pass (gradient_buckets.hpp) ----
+  // Whether all_reduce_sum_beside runs beside the backend's later operations (NCCL: on a
+  // stream of its own). When not, the solver sums the whole arena once, after backward.
+  virtual bool reduces_beside() const { return false; }
+  // Sums `count` floats of backend memory in place, after every operation issued so far on
+  // the backend (both lanes) and beside those issued after it; nothing waits for the host.
+  virtual void all_reduce_sum_beside(float* data, int64_t count) { all_reduce_sum(data, count); }
+  // Every operation issued on the backend after this waits for the sums issued beside.
+  virtual void join_beside() {}
 
   // ---- in host memory (start-up, test results, display points; may wait) ----
   virtual void all_reduce_sum_host(double* data, int64_t count) = 0;

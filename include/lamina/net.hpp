@@ -9,6 +9,7 @@
 // nonfinite.cpp.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,8 +42,10 @@ class Net {
 
   // Runs every layer; the weighted total loss lands in loss_tensor() (no host copy).
   void forward();
-  // Backward through the layers that need it; parameter gradients accumulate.
-  void backward();
+  // Backward through the layers that need it; parameter gradients accumulate. after_layer,
+  // when given, is called with each layer's index once its backward is issued (every layer,
+  // last to first): the solver's gradient buckets start summing there.
+  void backward(const std::function<void(int)>& after_layer = {});
   // Reads the total loss: copies one float to the host.
   float loss();
   Tensor& loss_tensor() { return *total_; }

@@ -34,7 +34,7 @@ struct ParamInfo {
   float decay_mult = 1;
   int64_t offset = 0;  // in floats from the start of the arena (set by the arena)
   int64_t count = 0;
-  std::string layer;   // the first layer that declared it, for messages
+  std::string layer;   // the first layer that declared it: messages, gradient buckets
 };
 
 class ParamArena {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "lamina/backend.hpp"
+#include "lamina/gradient_buckets.hpp"
 #include "lamina/net.hpp"
 #include "lamina.pb.h"
 
@@ -197,7 +198,11 @@ class Solver {
   void join_workers();
   // Every worker's weights and optimizer state become worker 0's (start, restore).
   void broadcast_weights();
-  // The gradient arena summed over the workers (the update's scale divides by them).
+  // The backward pass whose gradients the update applies (an iteration's last): in a
+  // data-parallel job the gradient buckets start summing as their layers finish.
+  void last_backward();
+  // Completes the gradient arena's sum over the workers (the update's scale divides by
+  // them): the buckets not yet issued, and later operations wait for all.
   void sum_gradients();
   // ring_host_ (and take_mean_loss's sum): the mean over the workers.
   void average_over_workers(float* values, int count);
@@ -215,6 +220,7 @@ class Solver {
   SolverParameter param_;
   Backend& backend_;
   Communicator* comm_ = nullptr;  // null: training alone
+  std::unique_ptr<GradientBuckets> buckets_;  // with comm_: the gradient all-reduce's plan
   SolverAction pending_action_ = SolverAction::kNone;  // asked for, not yet agreed on
   UpdateArgs args_;
   StepSchedule schedule_;  // advances step_state_ each iteration

@@ -31,12 +31,15 @@ void Net::forward() {
   for (const auto& l : loss_blobs_) backend_.axpy(1, l.second, blobs_[l.first]->data(), loss);
 }
 
-void Net::backward() {
+void Net::backward(const std::function<void(int)>& after_layer) {
   for (const auto& l : loss_blobs_) backend_.fill(1, l.second, blobs_[l.first]->mutable_diff());
   // Layers may compute parameter gradients on the side lane (Backend::open_side_lane); the
   // pass ends with everything joined, so the update and any read see them.
   SideLaneScope lanes(backend_);
-  for (int i = num_layers() - 1; i >= 0; --i) backward_layer(i);
+  for (int i = num_layers() - 1; i >= 0; --i) {
+    backward_layer(i);
+    if (after_layer) after_layer(i);
+  }
   lanes.close();
 }
 

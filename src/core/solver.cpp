@@ -261,7 +261,7 @@ void Solver::forward_backward_advance() {
     forward_lanes.close();
     // The step state needs only the loss, unless clipping needs the gradients' norm.
     if (param_.clip_gradients() > 0 || !backend_.has_side_lane()) {
-      net_->backward();
+      last_backward();
       sum_gradients();
       advance_step_state();
       return;
@@ -272,7 +272,7 @@ void Solver::forward_backward_advance() {
       advance_step_state();
     }
     try {
-      net_->backward();
+      last_backward();
     } catch (...) {
       // A direct step that fails puts the step state's iteration back (joined first; in a
       // recording nothing ran, and the upload is refused). The loss it recorded stays.
@@ -292,7 +292,10 @@ void Solver::forward_backward_advance() {
   backend_.zero(sizeof(float), loss);
   for (int i = 0; i < param_.iter_size(); ++i) {
     net_->forward();
-    net_->backward();
+    if (i + 1 < param_.iter_size())
+      net_->backward();
+    else
+      last_backward();
     backend_.axpy(1, 1.0f / param_.iter_size(), net_->loss_tensor().data(), loss);
   }
   sum_gradients();

@@ -235,6 +235,9 @@ void check_run_fields(const Checker& c, const SolverParameter& p, const std::str
     c.require(p.test_interval() > 0, "test_initialization",
               "test_initialization is set but no test_interval says when to test");
 
+  c.require(p.gradient_bucket_mb() > 0, "gradient_bucket_mb", "gradient_bucket_mb is ",
+            p.gradient_bucket_mb(), "; give the size in megabytes (> 0) of the gradient "
+            "buckets the workers of a data-parallel job sum while backward runs");
   if (p.has_random_seed())
     c.require(p.random_seed() >= 0, "random_seed", "random_seed is ", p.random_seed(),
               "; give a seed >= 0, or leave random_seed out to draw one (it is logged)");

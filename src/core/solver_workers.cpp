@@ -1,14 +1,15 @@
 // The solver in a data-parallel job (docs/distributed.md): each worker trains its own copy
 // of the net on its share of every batch, the gradient arena is summed over the workers
-// (one all-reduce, in stream order: no host wait) and the update divides by the workers
-// too, so every worker applies the mean gradient of the whole job's batch and the copies
-// stay equal. Host values (displayed losses, test results, actions) are combined only where
-// the solver reads the host anyway.
+// (in buckets beside the backward pass: gradient_buckets.hpp) and the update divides by
+// the workers too, so every worker applies the mean gradient of the whole job's batch and
+// the copies stay equal. Host values (displayed losses, test results, actions) are combined
+// only where the solver reads the host anyway.
 #include <glog/logging.h>
 
 #include <algorithm>
 
 #include "lamina/communicator.hpp"
+#include "lamina/gradient_buckets.hpp"
 #include "lamina/solver.hpp"
 
 namespace lamina {
@@ -56,11 +57,14 @@ void Solver::join_workers() {
   }
   require_same_on_all_workers(*comm_, positions, "data set (or data position)");
   broadcast_weights();
+  buckets_ = std::make_unique<GradientBuckets>(*net_, *comm_,
+                                               double(param_.gradient_bucket_mb()) * 1e6);
   const int64_t batch = pass_batch(*net_);
-  LOG(INFO) << "Data-parallel training: " << n << " workers (" << comm_->description()
-            << "), batch " << batch << " per worker, global batch " << batch * n
-            << " (x iter_size " << param_.iter_size() << "); each update applies the mean "
-            << "gradient over the global batch";
+  LOG(INFO) << "Data-parallel training: " << n << (n == 1 ? " worker (" : " workers (")
+            << comm_->description() << "), batch " << batch << " per worker, global batch "
+            << batch * n << " (x iter_size " << param_.iter_size() << "); each update "
+            << "applies the mean gradient over the global batch; gradients: "
+            << buckets_->summary();
 }
 
 void Solver::log_throughput(int iterations, std::chrono::steady_clock::time_point start) {
@@ -83,9 +87,21 @@ void Solver::broadcast_weights() {
   for (int k = 0; k < arena.num_state(); ++k) comm_->broadcast(arena.state(k), arena.count(), 0);
 }
 
+void Solver::last_backward() {
+  if (!buckets_) return net_->backward();
+  buckets_->start();
+  try {
+    net_->backward([this](int layer) { buckets_->layer_done(layer); });
+  } catch (...) {
+    // The buckets issued so far are joined, so that no later operation (a retried step's
+    // zeroing of the gradients, a capture's end) runs beside them.
+    comm_->join_beside();
+    throw;
+  }
+}
+
 void Solver::sum_gradients() {
-  if (!comm_ || comm_->size() == 1 || net_->arena().count() == 0) return;
-  comm_->all_reduce_sum(net_->arena().diff(), net_->arena().count());
+  if (buckets_) buckets_->finish();
 }
 
 void Solver::average_over_workers(float* values, int count) {

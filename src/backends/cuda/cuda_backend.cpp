@@ -44,6 +44,7 @@ void CudaBackend::deallocate(void* p) noexcept {
   }
   if (status == cudaSuccess) status = cudaStreamSynchronize(context_.stream());
   if (status == cudaSuccess) status = cudaStreamSynchronize(context_.side_stream());
+  if (status == cudaSuccess) status = cudaStreamSynchronize(context_.collective_stream());
   if (status == cudaSuccess) status = cudaFree(p);
   if (status != cudaSuccess) {
     cudaGetLastError();
@@ -67,6 +68,7 @@ void CudaBackend::copy_to_host(size_t bytes, const void* src, void* host_dst) {
   const cudaStream_t s = on_device();
   context_.require_not_capturing("a copy to the host");
   context_.join_side_lane();
+  context_.join_collective_lane();
   if (bytes == 0) return;
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -89,6 +91,7 @@ void CudaBackend::synchronize() {
   context_.require_not_capturing("synchronize()");
   const cudaStream_t s = on_device();
   context_.join_side_lane();
+  context_.join_collective_lane();
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 

@@ -87,6 +87,11 @@ CudaContext::CudaContext(int device) : device_(device) {
     for (Lane& lane : lanes_) create_lane(lane);
     LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
     LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+    LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&collective_, cudaStreamNonBlocking));
+    ++g_streams;
+    for (cudaEvent_t* event :
+         {&collective_after_main_, &collective_after_side_, &collective_join_})
+      LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
     for (StagingSlot& slot : staging_) {
       LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
     }
@@ -116,10 +121,13 @@ void CudaContext::release() noexcept {
     if (slot.copied) cudaEventDestroy(slot.copied);
     slot.copied = nullptr;
   }
-  for (cudaEvent_t* event : {&fork_, &join_}) {
+  for (cudaEvent_t* event : {&fork_, &join_, &collective_after_main_, &collective_after_side_,
+                             &collective_join_}) {
     if (*event) cudaEventDestroy(*event);
     *event = nullptr;
   }
+  if (collective_) cudaStreamDestroy(collective_);
+  collective_ = nullptr;
   for (Lane& lane : lanes_) {  // a constructor that failed has made no cuDNN handle yet
     if (lane.blas) cublasDestroy(lane.blas);
     if (lane.blas_workspace) cudaFree(lane.blas_workspace);

@@ -16,6 +16,8 @@
 //         (builds with cuDNN),
 //       - a growable device workspace for scratch results inside one operation (cuDNN's
 //         convolution workspace included: one buffer for the whole net),
+//   - a third stream, the collective lane, for the gradient all-reduce of a data-parallel
+//     job beside the backward pass (side_lane.cpp), with three events that order it,
 //   - the convolution plans: cuDNN descriptors and the algorithms chosen for each
 //     convolution geometry, searched once per geometry (cudnn.cpp),
 //   - pinned staging buffers that let copy_from_host return without waiting for the device,
@@ -82,6 +84,15 @@ class CudaContext {
   cudaStream_t side_stream() const { return lanes_[1].stream; }
   // Throws an Error naming `what` on the side lane: it waits for or copies on the main stream.
   void require_main_lane(const char* what) const;
+
+  // The collective lane: a stream for the gradient all-reduce beside the backward pass
+  // (Communicator::all_reduce_sum_beside; side_lane.cpp). fork_collective_lane makes it wait
+  // for everything issued so far on both lanes and returns it; join_collective_lane makes
+  // later main-stream work wait for everything issued on it. synchronize and copy_to_host
+  // join it too.
+  cudaStream_t fork_collective_lane();
+  void join_collective_lane();
+  cudaStream_t collective_stream() const { return collective_; }
 
   // At least bytes of the lane's device scratch memory, valid until the next call on the
   // lane. Operations on a stream use it one after another, so one buffer serves them all; it
@@ -157,6 +168,11 @@ class CudaContext {
   int side_open_ = 0;           // open_side_lane calls not closed yet
   bool on_side_ = false;        // operations go to the side stream
   bool side_pending_ = false;   // the side stream has work the main stream has not waited for
+  cudaStream_t collective_ = nullptr;  // the collective lane
+  cudaEvent_t collective_after_main_ = nullptr;  // recorded on a lane, waited for by collective_
+  cudaEvent_t collective_after_side_ = nullptr;
+  cudaEvent_t collective_join_ = nullptr;        // recorded on collective_, waited for by main
+  bool collective_pending_ = false;  // collective_ has work the main stream has not waited for
   bool capturing_ = false;
   std::array<StagingSlot, kStagingSlots> staging_{};
   int next_slot_ = 0;

@@ -1,10 +1,11 @@
 // Captured steps on the CUDA backend: Backend::capture records the operations launched on the
-// context's main stream, and on the side lane's stream forked from it and joined back (the
-// graph's branches), into a CUDA graph (stream capture), instantiates it once, and launch()
-// replays it with one cudaGraphLaunch. The capture is thread-local: other threads' CUDA calls
-// go on as usual. While it runs, the context refuses operations that cannot be recorded
-// (cuda_context.hpp), so a step that copies, synchronises or allocates inside fails to capture
-// with an Error naming the operation, and nothing it launched has run.
+// context's main stream, and on the side lane's and the collective lane's streams forked from
+// it and joined back (the graph's branches), into a CUDA graph (stream capture), instantiates
+// it once, and launch() replays it with one cudaGraphLaunch. The capture is thread-local:
+// other threads' CUDA calls go on as usual. While it runs, the context refuses operations
+// that cannot be recorded (cuda_context.hpp), so a step that copies, synchronises or
+// allocates inside fails to capture with an Error naming the operation, and nothing it
+// launched has run.
 #include <glog/logging.h>
 
 #include "backends/cuda/cuda_backend.hpp"
@@ -56,8 +57,9 @@ void CudaBackend::begin_capture() {
 }
 
 std::unique_ptr<CapturedOps> CudaBackend::end_capture(bool keep) {
-  // The side lane's work has merged into the main stream: the outermost SideLaneScope
-  // joined it, also when the operations threw (work left unjoined fails the capture).
+  // The side lane's and the collective lane's work has merged into the main stream: the
+  // outermost SideLaneScope joined the one and the solver's gradient sum the other, also
+  // when the operations threw (work left unjoined fails the capture).
   context_.to_main_lane();
   context_.set_capturing(false);
   cudaGraph_t graph = nullptr;

@@ -1,8 +1,9 @@
 // The NCCL communicator (CUDA builds with LAMINA_USE_NCCL): GPU workers, one per process,
-// summing device memory on the device's stream. The gradient all-reduce is one more
-// operation in stream order, so nothing waits for the host and a captured step holds it as
-// a graph node. Host collectives (start-up, tests, display points) stage through a small
-// device buffer and wait for it.
+// summing device memory in stream order: on the main stream, or (the gradient buckets
+// beside the backward pass) on the context's collective lane, forked from and joined to
+// the main stream by events. Nothing waits for the host and a captured step holds the
+// all-reduces as graph nodes. Host collectives (start-up, tests, display points) stage
+// through a small device buffer and wait for it.
 #include <nccl.h>
 
 #include <cstring>
@@ -45,6 +46,15 @@ class NcclCommunicator final : public Communicator {
     check(ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_, context_.stream()),
           "all-reduce");
   }
+  bool reduces_beside() const override { return true; }
+  void all_reduce_sum_beside(float* data, int64_t count) override {
+    context_.require_main_lane("an all-reduce beside the backward pass");
+    context_.make_current();
+    check(ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_,
+                        context_.fork_collective_lane()),
+          "all-reduce");
+  }
+  void join_beside() override { context_.join_collective_lane(); }
   void broadcast(float* data, int64_t count, int root) override {
     context_.make_current();
     check(ncclBroadcast(data, data, size_t(count), ncclFloat, root, comm_, context_.stream()),
