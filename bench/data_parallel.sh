@@ -65,7 +65,7 @@ run "LeNet b64/GPU, 2 GPUs" lenet2.log 0,1 "$work/lenet2_solver.prototxt"
 if command -v mpirun > /dev/null; then
   run "wide MLP, 2 processes, mpirun, NCCL sockets" wide_mpi.log local \
       "$work/wide2_solver.prototxt" mpirun -np 2 --allow-run-as-root --bind-to none \
-      -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x LD_LIBRARY_PATH
+      -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH
 fi
 
 if python3 -c "import torch" 2> /dev/null; then
