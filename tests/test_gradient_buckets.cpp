@@ -93,7 +93,7 @@ void backward_with(Net& net, GradientBuckets& buckets) {
   net.arena().zero_diff();
   net.forward();
   buckets.start();
-  net.backward([&](int layer) { buckets.layer_done(layer); });
+  net.backward([&](int layer) { buckets.params_done(layer); });
   buckets.finish();
 }
 

@@ -5,9 +5,10 @@
 // the order their first layer comes in the net, and backward runs the layers in reverse, so
 // the gradients become final from the end of the arena towards its start: a parameter's
 // gradient is final once the first layer that uses it (shared parameters have several) has
-// run its backward. The buckets are planned from the end of the arena, each closed when it
-// holds at least bucket_bytes of parameters, and one is issued as soon as its earliest layer
-// is done. Every worker plans the same buckets from the same net, so every worker issues the
+// issued its parameter gradients; the bucket's all-reduce then runs beside that layer's
+// input gradients and the layers below. The buckets are planned from the end of the arena,
+// each closed when it holds at least bucket_bytes of parameters, and one is issued as soon
+// as its earliest layer is done. Every worker plans the same buckets from the same net, so every worker issues the
 // same all-reduces in the same order.
 //
 // With a communicator that reduces beside the backend (NCCL) the buckets run on a stream of
@@ -38,11 +39,11 @@ class GradientBuckets {
   GradientBuckets(Net& net, Communicator& comm, double bucket_bytes);
 
   // The backward pass whose gradients are complete (the last of iter_size): start() before
-  // it, layer_done(i) after layer i's backward (every layer, in the order backward runs
-  // them), finish() after it. finish() issues the buckets not yet issued and makes later
-  // backend operations wait for all of them.
+  // it, params_done(i) once layer i has issued its parameter gradients (Net::backward's
+  // callback: every layer, in the order backward runs them), finish() after it. finish()
+  // issues the buckets not yet issued and makes later backend operations wait for all.
   void start() { next_ = 0; }
-  void layer_done(int layer);
+  void params_done(int layer);
   void finish();
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }

@@ -105,7 +105,9 @@ class Layer {
   // Gradient w.r.t. the inputs, for each bottom i with propagate[i].
   virtual void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                               const Tensors& bottom) = 0;
-  // Gradient w.r.t. the parameters, accumulated into their diffs.
+  // Gradient w.r.t. the parameters, accumulated into their diffs. Only here: a data-parallel
+  // job starts summing a layer's parameter gradients over the workers when this returns,
+  // beside its backward_input (gradient_buckets.hpp).
   virtual void backward_params(const Tensors& /*top*/, const Tensors& /*bottom*/) {}
 
   std::vector<Param>& params() { return params_; }

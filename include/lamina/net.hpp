@@ -42,10 +42,11 @@ class Net {
 
   // Runs every layer; the weighted total loss lands in loss_tensor() (no host copy).
   void forward();
-  // Backward through the layers that need it; parameter gradients accumulate. after_layer,
-  // when given, is called with each layer's index once its backward is issued (every layer,
-  // last to first): the solver's gradient buckets start summing there.
-  void backward(const std::function<void(int)>& after_layer = {});
+  // Backward through the layers that need it; parameter gradients accumulate. params_done,
+  // when given, is called with each layer's index once its parameter gradients are issued,
+  // before the gradients of its inputs (every layer, last to first): the solver's gradient
+  // buckets start summing there, beside the rest of the layer's backward.
+  void backward(const std::function<void(int)>& params_done = {});
   // Reads the total loss: copies one float to the host.
   float loss();
   Tensor& loss_tensor() { return *total_; }
@@ -54,7 +55,8 @@ class Net {
   int num_layers() const { return static_cast<int>(layers_.size()); }
   Layer& layer(int i) { return *layers_[i]; }
   void forward_layer(int i);
-  void backward_layer(int i);  // no-op for layers that need no backward
+  // No-op for layers that need no backward; params_done as in backward().
+  void backward_layer(int i, const std::function<void(int)>& params_done = {});
   bool layer_needs_backward(int i) const { return needs_backward_[i]; }
   // Whether layer i's work is done by the layer before it (Layer::absorb): forward_layer and
   // backward_layer skip it.

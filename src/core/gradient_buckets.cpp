@@ -52,7 +52,7 @@ void GradientBuckets::issue(const GradientBucket& bucket) {
     comm_.all_reduce_sum_beside(diff, bucket.count);
 }
 
-void GradientBuckets::layer_done(int layer) {
+void GradientBuckets::params_done(int layer) {
   while (next_ < buckets_.size() && buckets_[next_].first_layer >= layer)
     issue(buckets_[next_++]);
 }

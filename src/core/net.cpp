@@ -11,14 +11,18 @@ void Net::forward_layer(int i) {
   layers_[i]->forward(io_[i].bottom_tensors, io_[i].top_tensors);
 }
 
-void Net::backward_layer(int i) {
-  if (!needs_backward_[i] || fused_[i]) return;
+void Net::backward_layer(int i, const std::function<void(int)>& params_done) {
+  if (!needs_backward_[i] || fused_[i]) {
+    if (params_done) params_done(i);
+    return;
+  }
   const Tensors& bottom = io_[i].bottom_tensors;
   const Tensors& top = io_[i].top_tensors;
   // Parameters first: an in-place layer's backward_input overwrites the top diff. A frozen
   // layer (every parameter at lr_mult 0) computes no parameter gradients: they would cost a
   // gemm and count in the clipping norm, as they do not in Caffe or PyTorch.
   if (learnable_[i]) layers_[i]->backward_params(top, bottom);
+  if (params_done) params_done(i);
   if (std::find(propagate_[i].begin(), propagate_[i].end(), true) != propagate_[i].end())
     layers_[i]->backward_input(top, propagate_[i], bottom);
 }
@@ -31,15 +35,12 @@ void Net::forward() {
   for (const auto& l : loss_blobs_) backend_.axpy(1, l.second, blobs_[l.first]->data(), loss);
 }
 
-void Net::backward(const std::function<void(int)>& after_layer) {
+void Net::backward(const std::function<void(int)>& params_done) {
   for (const auto& l : loss_blobs_) backend_.fill(1, l.second, blobs_[l.first]->mutable_diff());
   // Layers may compute parameter gradients on the side lane (Backend::open_side_lane); the
   // pass ends with everything joined, so the update and any read see them.
   SideLaneScope lanes(backend_);
-  for (int i = num_layers() - 1; i >= 0; --i) {
-    backward_layer(i);
-    if (after_layer) after_layer(i);
-  }
+  for (int i = num_layers() - 1; i >= 0; --i) backward_layer(i, params_done);
   lanes.close();
 }
 

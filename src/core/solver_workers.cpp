@@ -91,7 +91,7 @@ void Solver::last_backward() {
   if (!buckets_) return net_->backward();
   buckets_->start();
   try {
-    net_->backward([this](int layer) { buckets_->layer_done(layer); });
+    net_->backward([this](int layer) { buckets_->params_done(layer); });
   } catch (...) {
     // The buckets issued so far are joined, so that no later operation (a retried step's
     // zeroing of the gradients, a capture's end) runs beside them.
