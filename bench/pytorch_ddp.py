@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from mnist_idx import load_mnist
-from torch_training import accuracy
+from torch_training import accuracy, capture_step
 
 
 def main():
@@ -103,14 +103,7 @@ def main():
 
         if args.graph:  # >= 11 DDP eager steps on the side stream, then capture one
             idx = shard(perms[0], 0).clone()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(11):
-                    step(x_train[idx], y_train[idx])
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step(x_train[idx], y_train[idx])
+            graph = capture_step(lambda: step(x_train[idx], y_train[idx]), 11, side)
 
             def run(perm):
                 for i in range(iters):

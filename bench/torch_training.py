@@ -45,6 +45,22 @@ def parse_modes(text):
     return modes
 
 
+def capture_step(step, warmup, side=None):
+    """Runs step() `warmup` times on a side stream (as PyTorch's CUDA-graph recipe asks;
+    `side`, when given, is the stream a DDP model was made on), then records one call as a
+    CUDA graph and returns it."""
+    side = side or torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
 def time_training(step, x_train, y_train, batch, epochs, mode):
     """The median epoch time in seconds of `epochs` timed epochs after a warm-up.
 
@@ -61,15 +77,7 @@ def time_training(step, x_train, y_train, batch, epochs, mode):
                 step(x_train[idx], y_train[idx])
     else:
         idx = torch.zeros(batch, dtype=torch.long, device=device)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step(x_train[idx], y_train[idx])
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step(x_train[idx], y_train[idx])
+        graph = capture_step(lambda: step(x_train[idx], y_train[idx]), 3)
 
         def run(perm, count):
             for i in range(count):

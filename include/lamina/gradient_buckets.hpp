@@ -8,8 +8,8 @@
 // issued its parameter gradients; the bucket's all-reduce then runs beside that layer's
 // input gradients and the layers below. The buckets are planned from the end of the arena,
 // each closed when it holds at least bucket_bytes of parameters, and one is issued as soon
-// as its earliest layer is done. Every worker plans the same buckets from the same net, so every worker issues the
-// same all-reduces in the same order.
+// as its earliest layer is done. Every worker plans the same buckets from the same net, so
+// every worker issues the same all-reduces in the same order.
 //
 // With a communicator that reduces beside the backend (NCCL) the buckets run on a stream of
 // their own while backward goes on, and finish() makes the update wait for them (in stream

@@ -85,12 +85,9 @@ CudaContext::CudaContext(int device) : device_(device) {
     LAMINA_CUDA_CHECK(cudaFree(nullptr));  // initialises the device's primary context
     LAMINA_CUDA_CHECK(cudaGetDeviceProperties(&properties_, device));
     for (Lane& lane : lanes_) create_lane(lane);
-    LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-    LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
     LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&collective_, cudaStreamNonBlocking));
     ++g_streams;
-    for (cudaEvent_t* event :
-         {&collective_after_main_, &collective_after_side_, &collective_join_})
+    for (cudaEvent_t* event : {&main_done_, &side_done_, &collective_done_})
       LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
     for (StagingSlot& slot : staging_) {
       LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
@@ -121,8 +118,7 @@ void CudaContext::release() noexcept {
     if (slot.copied) cudaEventDestroy(slot.copied);
     slot.copied = nullptr;
   }
-  for (cudaEvent_t* event : {&fork_, &join_, &collective_after_main_, &collective_after_side_,
-                             &collective_join_}) {
+  for (cudaEvent_t* event : {&main_done_, &side_done_, &collective_done_}) {
     if (*event) cudaEventDestroy(*event);
     *event = nullptr;
   }

@@ -17,7 +17,7 @@
 //       - a growable device workspace for scratch results inside one operation (cuDNN's
 //         convolution workspace included: one buffer for the whole net),
 //   - a third stream, the collective lane, for the gradient all-reduce of a data-parallel
-//     job beside the backward pass (side_lane.cpp), with three events that order it,
+//     job beside the backward pass (side_lane.cpp); an event per stream orders the three,
 //   - the convolution plans: cuDNN descriptors and the algorithms chosen for each
 //     convolution geometry, searched once per geometry (cudnn.cpp),
 //   - pinned staging buffers that let copy_from_host return without waiting for the device,
@@ -163,15 +163,18 @@ class CudaContext {
   std::once_flag linear_plans_once_;
   LinearPlans* linear_plans_ = nullptr;  // the same
   int64_t workspace_moves_ = 0;
-  cudaEvent_t fork_ = nullptr;  // recorded on the main stream, waited for by the side stream
-  cudaEvent_t join_ = nullptr;  // the reverse
+  // One event per stream, recorded on it when another stream is to wait for its work so far
+  // (order_after): a wait takes the event's latest record, so one serves every wait.
+  cudaEvent_t main_done_ = nullptr;
+  cudaEvent_t side_done_ = nullptr;
+  cudaEvent_t collective_done_ = nullptr;
+  // `waiter` runs what is issued to it from now on after everything issued so far to `done`
+  // (whose event is `done_event`).
+  void order_after(cudaStream_t waiter, cudaStream_t done, cudaEvent_t done_event);
   int side_open_ = 0;           // open_side_lane calls not closed yet
   bool on_side_ = false;        // operations go to the side stream
   bool side_pending_ = false;   // the side stream has work the main stream has not waited for
   cudaStream_t collective_ = nullptr;  // the collective lane
-  cudaEvent_t collective_after_main_ = nullptr;  // recorded on a lane, waited for by collective_
-  cudaEvent_t collective_after_side_ = nullptr;
-  cudaEvent_t collective_join_ = nullptr;        // recorded on collective_, waited for by main
   bool collective_pending_ = false;  // collective_ has work the main stream has not waited for
   bool capturing_ = false;
   std::array<StagingSlot, kStagingSlots> staging_{};

@@ -1,15 +1,20 @@
 // The side lane (Backend::open_side_lane) on CUDA: the context's second lane (a stream with
-// its own cuBLAS and cuDNN handles and workspaces), ordered against the main one by two events.
-// Forking records `fork_` on the main stream and makes the side stream wait for it; joining
-// records `join_` on the side stream and makes the main stream wait. Both work the same
-// inside a stream capture, where they become the graph's edges (a branch and its merge), and
-// neither waits on the host. The collective lane (a gradient all-reduce beside backward) is
-// forked and joined the same way, from both lanes.
+// its own cuBLAS and cuDNN handles and workspaces), ordered against the main one by events.
+// Forking makes the side stream wait for the main stream's work so far; joining makes the
+// main stream wait for the side stream's. The collective lane (a gradient all-reduce beside
+// backward) is forked from both lanes and joined to the main one the same way. Each is an
+// event recorded on one stream and waited for by another (order_after): inside a stream
+// capture they become the graph's edges (a branch and its merge), and none waits on the host.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "lamina/common.hpp"
 
 namespace lamina::cuda_detail {
+
+void CudaContext::order_after(cudaStream_t waiter, cudaStream_t done, cudaEvent_t done_event) {
+  LAMINA_CUDA_CHECK(cudaEventRecord(done_event, done));
+  LAMINA_CUDA_CHECK(cudaStreamWaitEvent(waiter, done_event, 0));
+}
 
 void CudaContext::open_side_lane() {
   LAMINA_REQUIRE(!on_side_, "open_side_lane() was called on the side lane");
@@ -25,8 +30,7 @@ void CudaContext::close_side_lane() {
 void CudaContext::to_side_lane() {
   if (side_open_ == 0) return;
   LAMINA_REQUIRE(!on_side_, "to_side_lane() was called on the side lane already");
-  LAMINA_CUDA_CHECK(cudaEventRecord(fork_, lanes_[0].stream));
-  LAMINA_CUDA_CHECK(cudaStreamWaitEvent(lanes_[1].stream, fork_, 0));
+  order_after(lanes_[1].stream, lanes_[0].stream, main_done_);
   on_side_ = true;
   side_pending_ = true;
 }
@@ -34,8 +38,7 @@ void CudaContext::to_side_lane() {
 void CudaContext::join_side_lane() {
   if (!side_pending_) return;
   side_pending_ = false;
-  LAMINA_CUDA_CHECK(cudaEventRecord(join_, lanes_[1].stream));
-  LAMINA_CUDA_CHECK(cudaStreamWaitEvent(lanes_[0].stream, join_, 0));
+  order_after(lanes_[0].stream, lanes_[1].stream, side_done_);
 }
 
 void CudaContext::require_main_lane(const char* what) const {
@@ -45,12 +48,9 @@ void CudaContext::require_main_lane(const char* what) const {
 }
 
 cudaStream_t CudaContext::fork_collective_lane() {
-  LAMINA_CUDA_CHECK(cudaEventRecord(collective_after_main_, lanes_[0].stream));
-  LAMINA_CUDA_CHECK(cudaStreamWaitEvent(collective_, collective_after_main_, 0));
-  if (side_pending_) {  // the side lane has work since its last join (parameter gradients)
-    LAMINA_CUDA_CHECK(cudaEventRecord(collective_after_side_, lanes_[1].stream));
-    LAMINA_CUDA_CHECK(cudaStreamWaitEvent(collective_, collective_after_side_, 0));
-  }
+  order_after(collective_, lanes_[0].stream, main_done_);
+  // The side lane's work since its last join (parameter gradients).
+  if (side_pending_) order_after(collective_, lanes_[1].stream, side_done_);
   collective_pending_ = true;
   return collective_;
 }
@@ -58,8 +58,7 @@ cudaStream_t CudaContext::fork_collective_lane() {
 void CudaContext::join_collective_lane() {
   if (!collective_pending_) return;
   collective_pending_ = false;
-  LAMINA_CUDA_CHECK(cudaEventRecord(collective_join_, collective_));
-  LAMINA_CUDA_CHECK(cudaStreamWaitEvent(lanes_[0].stream, collective_join_, 0));
+  order_after(lanes_[0].stream, collective_, collective_done_);
 }
 
 void CudaBackend::open_side_lane() { context_.open_side_lane(); }
