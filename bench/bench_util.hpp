@@ -11,6 +11,7 @@
 
 #include "../examples/mnist/mnist_model.hpp"
 #include "lamina/backend_factory.hpp"
+#include "lamina/precision.hpp"
 
 namespace lamina::bench {
 
@@ -26,6 +27,7 @@ struct Options {
   std::string gpu = "-1";  // --gpu as given; -1: the CPU
   int repeats = 3;  // epochs timed per batch size
   bool no_cuda_graph = false;  // launch every operation directly (solver cuda_graph: false)
+  std::string precision = "fp32";  // the solver's precision (lamina.proto's Precision)
   mnist::ModelOptions model;
 };
 
@@ -37,12 +39,15 @@ inline void add_options(CLI::App& app, Options& o) {
   app.add_option("--data-dir", o.model.data_dir, "Directory holding the MNIST IDX files");
   app.add_flag("--no-cuda-graph", o.no_cuda_graph,
                "Launch every operation directly instead of replaying the step as a CUDA graph");
+  app.add_option("--precision", o.precision, "Precision to train in: fp32 or tf32")
+      ->capture_default_str();
 }
 
 // The backend the options ask for, after checking the values no default can stand in for.
 inline std::unique_ptr<Backend> checked_backend(const Options& o) {
   LAMINA_REQUIRE(o.repeats > 0, "--epochs must be > 0, got ", o.repeats);
   LAMINA_REQUIRE(!o.batch_sizes.empty(), "--batch-sizes names no batch size");
+  parse_precision(o.precision, "--precision");  // an Error for one not available
   for (int batch : o.batch_sizes)
     LAMINA_REQUIRE(batch > 0, "--batch-sizes: every batch size must be > 0, got ", batch);
   return lamina::make_backend(backend_spec_from_gpu(o.gpu));
@@ -72,6 +77,7 @@ inline EpochTiming time_epochs(const std::string& name, int batch, const Options
   if (adjust) adjust(t.model);
   t.model.solver.clear_test_iter();  // training only
   t.model.solver.set_cuda_graph(!o.no_cuda_graph);
+  t.model.solver.set_precision(parse_precision(o.precision, "--precision"));
   t.solver = std::make_unique<Solver>(t.model.solver, t.model.net, backend, t.model.net_path);
   t.solver->step(10);
   backend.synchronize();

@@ -83,8 +83,10 @@ int main(int argc, char** argv) {
     LAMINA_REQUIRE(layer_iterations > 0, "--layer-iterations must be > 0, got ",
                    layer_iterations);
     std::unique_ptr<lamina::Backend> backend = lamina::bench::checked_backend(o);
-    std::printf("LeNet (conv 20 5x5, pool, conv 50 5x5, pool, 500, ReLU, 10) on %s\n",
-                backend->name().c_str());
+    std::printf("LeNet (conv 20 5x5, pool, conv 50 5x5, pool, 500, ReLU, 10) on %s in %s\n",
+                backend->name().c_str(),
+                lamina::Precision_Name(lamina::parse_precision(o.precision, "--precision"))
+                    .c_str());
     std::printf("%6s %8s %10s %12s %10s %10s %10s %10s %11s %10s\n", "batch", "iters",
                 "epoch_s", "samples/s", "us/iter", "ops/step", "conv_ms", "layers_ms",
                 "conv_share", "conv_GF/s");

@@ -105,8 +105,10 @@ int main(int argc, char** argv) {
   try {
     LAMINA_REQUIRE(hidden > 0, "--hidden must be > 0, got ", hidden);
     std::unique_ptr<lamina::Backend> backend = lamina::bench::checked_backend(o);
-    std::printf("MNIST MLP 784-%lld-%lld-10 on %s\n", static_cast<long long>(hidden),
-                static_cast<long long>(hidden), backend->name().c_str());
+    const lamina::Precision precision = lamina::parse_precision(o.precision, "--precision");
+    std::printf("MNIST MLP 784-%lld-%lld-10 on %s in %s\n", static_cast<long long>(hidden),
+                static_cast<long long>(hidden), backend->name().c_str(),
+                lamina::Precision_Name(precision).c_str());
     std::printf("%6s %8s %12s %14s %10s %10s %14s %12s %8s\n", "batch", "iters", "epoch_s",
                 "samples/s", "us/iter", "ops/step", "gemm_GFLOP", "gemm_GF/s", "ratio");
     // The hidden layers of models/mnist/mlp_train.prototxt: Sequential "mlp", fc1 and fc2.
@@ -127,6 +129,7 @@ int main(int argc, char** argv) {
       std::printf("%6d %8d %12.4f %14.0f %10.1f %10lld %14.1f", batch, m.iters_per_epoch, epoch,
                   m.iters_per_epoch * double(batch) / epoch, timing.us_per_iteration(),
                   static_cast<long long>(timing.step_operations()), epoch_flops / 1e9);
+      const lamina::MathScope math(*backend, lamina::math_of(precision));  // as the net's
       const double rate = gemm_rate(*backend, gemms);
       std::printf(" %12.1f %8.2f\n", rate / 1e9, epoch / (epoch_flops / rate));
       std::fflush(stdout);

@@ -3,7 +3,7 @@
 captured CUDA graph per step (bench/torch_training.py says how each is timed).
 
 784-H-H-10 (H = --hidden, default 512) with ReLU, softmax cross-entropy, SGD lr 0.01
-momentum 0.9, float32 (no TF32).
+momentum 0.9, float32 (no TF32 unless --tf32).
 Prints the median epoch time per mode and batch size, then the test accuracy after the timed
 epochs.
 
@@ -24,6 +24,8 @@ def main():
     parser.add_argument("--cpu-threads", type=int, default=0,
                         help="train on the CPU with this many threads (eager mode only; pin "
                              "the process with taskset to compare with Lamina's Native backend)")
+    parser.add_argument("--tf32", action="store_true",
+                        help="matrix products in TF32 (torch.backends.cuda.matmul.allow_tf32)")
     args = parser.parse_args()
     todo = runs(args)
 
@@ -36,10 +38,12 @@ def main():
     else:
         device = torch.device("cuda")
         where = torch.cuda.get_device_name(0)
-        torch.backends.cuda.matmul.allow_tf32 = False  # float32 arithmetic, as Lamina's
+        # float32 arithmetic as Lamina's FP32, or TF32 products as its TF32
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
     x_train, y_train, x_test, y_test = load_mnist(args.data_dir, device, (-1, 784))
     h = args.hidden
-    print_header(f"PyTorch {torch.__version__} MLP 784-{h}-{h}-10 on {where}")
+    precision = "TF32" if args.tf32 else "FP32"
+    print_header(f"PyTorch {torch.__version__} MLP 784-{h}-{h}-10 on {where} in {precision}")
 
     for mode, batch in todo:
         torch.manual_seed(1)

@@ -36,6 +36,11 @@ class CoreForwardingBackend : public Backend {
   void zero(size_t bytes, void* p) override { inner_.zero(bytes, p); }
   void fill(int64_t n, float v, float* x) override { inner_.fill(n, v, x); }
   void synchronize() override { inner_.synchronize(); }
+  bool supports_math(Math math) const override { return inner_.supports_math(math); }
+  void set_math(Math math) override {
+    Backend::set_math(math);
+    inner_.set_math(math);
+  }
   void gemm(Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override {
     inner_.gemm(ta, tb, m, n, k, alpha, a, b, beta, c);

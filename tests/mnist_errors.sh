@@ -53,11 +53,16 @@ expect_error "--data-dir ''" "--data-dir: must be a directory, got ''" "$mnist" 
 expect_error "--models-dir ''" "--models-dir: must be a directory, got ''" run --models-dir ""
 expect_error "unknown model" "mnist: error: model: mpl not in" "$mnist" mpl --data-dir "$data"
 expect_error "data directory that is not there" "$tmp/none" "$mnist" linear --data-dir "$tmp/none"
+expect_error "--precision x" "mnist: error: --precision 'x' is not a precision; give fp32 or tf32" \
+  run --precision x
+expect_error "--precision bf16" "mnist: error: --precision bf16: precision BF16 is not available yet" \
+  run --precision bf16
 
 # Values given are used: the header line shows them.
 expect_success "every override is applied" \
-  "linear on native: batch 50, lr 0.05 (fixed), momentum 0.5, weight decay 0, seed 7, 1 epochs of 4 iterations" \
-  run --batch-size 50 --learning-rate 0.05 --momentum 0.5 --seed 7
+  "linear on native in TF32: batch 50, lr 0.05 (fixed), momentum 0.5, weight decay 0, seed 7, 1 epochs of 4 iterations" \
+  run --batch-size 50 --learning-rate 0.05 --momentum 0.5 --seed 7 --precision tf32
+expect_success "FP32 unless asked" "linear on native in FP32:" run --batch-size 50
 expect_success "momentum 0 is a value, not 'unset'" "momentum 0," run --batch-size 100 --momentum 0
 # --gpu -1 trains on the CPU even when the solver says solver_mode: GPU.
 mkdir "$tmp/models"

@@ -65,20 +65,6 @@ std::vector<float> coarse_values(int64_t n, uint64_t seed) {
   return v;
 }
 
-// A convolution geometry with the output size derived from the input.
-ConvGeometry conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t kh, int64_t kw,
-                  int64_t stride, int64_t pad, int64_t dilation = 1, int64_t groups = 1) {
-  ConvGeometry g{};
-  g.n = n, g.c = c, g.h = h, g.w = w, g.k = k, g.kh = kh, g.kw = kw;
-  g.stride_h = g.stride_w = stride;
-  g.pad_h = g.pad_w = pad;
-  g.dilation_h = g.dilation_w = dilation;
-  g.groups = groups;
-  g.out_h = (h + 2 * pad - (dilation * (kh - 1) + 1)) / stride + 1;
-  g.out_w = (w + 2 * pad - (dilation * (kw - 1) + 1)) / stride + 1;
-  return g;
-}
-
 std::string describe(const ConvGeometry& g) {
   std::ostringstream out;
   out << "x (" << g.n << ", " << g.c << ", " << g.h << ", " << g.w << ") k " << g.k
@@ -166,16 +152,16 @@ Outputs run_conv(Backend& be, const ConvGeometry& g, bool with_bias) {
 
 const std::vector<ConvGeometry>& conv_cases() {
   static const std::vector<ConvGeometry> cases = {
-      conv(2, 3, 9, 11, 4, 3, 3, 1, 1),              // 3x3, same padding
-      conv(3, 4, 10, 7, 5, 3, 2, 2, 0),              // stride 2, non-square kernel
-      conv(2, 3, 13, 12, 4, 5, 5, 3, 1),             // stride not dividing the input
-      conv(2, 3, 12, 12, 4, 3, 3, 1, 2, 2),          // dilation 2
-      conv(2, 4, 8, 9, 6, 3, 3, 1, 1, 1, 2),         // 2 groups
-      conv(2, 6, 8, 8, 6, 3, 3, 2, 1, 1, 6),         // depthwise
-      conv(2, 8, 7, 6, 5, 1, 1, 1, 0),               // pointwise
-      conv(1, 2, 6, 6, 3, 6, 6, 1, 0),               // kernel = image: 1x1 output
-      conv(4, 16, 28, 28, 32, 3, 3, 1, 1),           // a realistic layer
-      conv(4, 32, 14, 14, 64, 3, 3, 2, 1, 1, 4),     // grouped, strided
+      conv_geometry(2, 3, 9, 11, 4, 3, 3, 1, 1),              // 3x3, same padding
+      conv_geometry(3, 4, 10, 7, 5, 3, 2, 2, 0),              // stride 2, non-square kernel
+      conv_geometry(2, 3, 13, 12, 4, 5, 5, 3, 1),             // stride not dividing the input
+      conv_geometry(2, 3, 12, 12, 4, 3, 3, 1, 2, 2),          // dilation 2
+      conv_geometry(2, 4, 8, 9, 6, 3, 3, 1, 1, 1, 2),         // 2 groups
+      conv_geometry(2, 6, 8, 8, 6, 3, 3, 2, 1, 1, 6),         // depthwise
+      conv_geometry(2, 8, 7, 6, 5, 1, 1, 1, 0),               // pointwise
+      conv_geometry(1, 2, 6, 6, 3, 6, 6, 1, 0),               // kernel = image: 1x1 output
+      conv_geometry(4, 16, 28, 28, 32, 3, 3, 1, 1),           // a realistic layer
+      conv_geometry(4, 32, 14, 14, 64, 3, 3, 2, 1, 1, 4),     // grouped, strided
   };
   return cases;
 }
@@ -195,9 +181,9 @@ TEST_F(CudaConvOpsTest, ConvolutionAllDirections) {
 }
 
 TEST_F(CudaConvOpsTest, ConvolutionBackwardIsBitIdenticalRunToRun) {
-  for (const ConvGeometry& g : {conv(4, 16, 28, 28, 32, 3, 3, 1, 1),
-                                conv(8, 32, 14, 14, 32, 3, 3, 1, 1, 1, 32),
-                                conv(2, 3, 13, 12, 4, 5, 5, 3, 1)}) {
+  for (const ConvGeometry& g : {conv_geometry(4, 16, 28, 28, 32, 3, 3, 1, 1),
+                                conv_geometry(8, 32, 14, 14, 32, 3, 3, 1, 1, 1, 32),
+                                conv_geometry(2, 3, 13, 12, 4, 5, 5, 3, 1)}) {
     SCOPED_TRACE(describe(g));
     const Outputs first = run_conv(*cuda_, g, true);
     for (int run = 0; run < 3; ++run) {
@@ -214,8 +200,8 @@ TEST_F(CudaConvOpsTest, ConvolutionBackwardIsBitIdenticalRunToRun) {
 TEST_F(CudaConvOpsTest, ConvolutionAlgorithmsAreSearchedOncePerGeometry) {
   if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: convolution runs by im2col";
   // Geometries no other test uses: the plans are kept per device for the whole process.
-  const ConvGeometry a = conv(3, 5, 17, 19, 7, 3, 3, 1, 1);
-  const ConvGeometry b = conv(3, 5, 17, 19, 7, 3, 3, 2, 1);
+  const ConvGeometry a = conv_geometry(3, 5, 17, 19, 7, 3, 3, 1, 1);
+  const ConvGeometry b = conv_geometry(3, 5, 17, 19, 7, 3, 3, 2, 1);
   const int64_t before = cuda_diagnostics().conv_algorithm_searches;
   auto searches = [&] { return cuda_diagnostics().conv_algorithm_searches - before; };
 
@@ -246,7 +232,7 @@ TEST_F(CudaConvOpsTest, ConvolutionAlgorithmsAreSearchedOncePerGeometry) {
 // geometry change nothing or are chosen anew.
 TEST_F(CudaConvOpsTest, ConvolutionAlgorithmChoicesAreTakenBack) {
   if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: convolution runs by im2col";
-  const ConvGeometry g = conv(2, 3, 11, 13, 5, 3, 3, 1, 1);  // no other test's
+  const ConvGeometry g = conv_geometry(2, 3, 11, 13, 5, 3, 3, 1, 1);  // no other test's
   run_conv(*cuda_, g, true);
   const std::string key = "conv 2 3 11 13 5 3 3 1 1 1 1 1 1 1 11 13 = ";
   auto algorithms_of_g = [&]() -> std::string {

@@ -59,6 +59,21 @@ inline std::vector<float> random_values(int64_t n, uint64_t seed, float lo = -1,
   return v;
 }
 
+// A convolution geometry with the output size derived from the input.
+inline ConvGeometry conv_geometry(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k,
+                                  int64_t kh, int64_t kw, int64_t stride, int64_t pad,
+                                  int64_t dilation = 1, int64_t groups = 1) {
+  ConvGeometry g{};
+  g.n = n, g.c = c, g.h = h, g.w = w, g.k = k, g.kh = kh, g.kw = kw;
+  g.stride_h = g.stride_w = stride;
+  g.pad_h = g.pad_w = pad;
+  g.dilation_h = g.dilation_w = dilation;
+  g.groups = groups;
+  g.out_h = (h + 2 * pad - (dilation * (kh - 1) + 1)) / stride + 1;
+  g.out_w = (w + 2 * pad - (dilation * (kw - 1) + 1)) / stride + 1;
+  return g;
+}
+
 // ||a - b|| / max(||b||, tiny), in double.
 inline double normalized_error(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;

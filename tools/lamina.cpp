@@ -35,6 +35,7 @@
 #include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
 #include "lamina/net.hpp"
+#include "lamina/precision.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina/solver.hpp"
 
@@ -209,7 +210,18 @@ struct TrainOptions {
   std::string sigint_effect = "stop", sigterm_effect = "stop", sighup_effect = "snapshot";
   std::string snapshot_failure, nonfinite;  // empty: as the solver file says
   bool no_cuda_graph = false;
+  std::string precision;  // empty: as the solver file says
 };
+
+// The net of model_path with every layer that names no precision in `precision` (a
+// command-line option's text; empty: FP32).
+lamina::NetParameter net_in_precision(const std::string& model_path,
+                                      const std::string& precision) {
+  lamina::NetParameter net = lamina::read_net_parameter(model_path);
+  if (precision.empty()) return net;
+  lamina::set_default_precision(net, lamina::parse_precision(precision, "--precision"));
+  return net;
+}
 
 int train(const TrainOptions& o, int argc, char** argv) {
   LAMINA_REQUIRE(o.snapshot.empty() || o.weights.empty(), "give --snapshot to resume training "
@@ -224,6 +236,8 @@ int train(const TrainOptions& o, int argc, char** argv) {
     param.set_snapshot_failure(parse_failure("--snapshot-failure", o.snapshot_failure));
   if (!o.nonfinite.empty()) param.set_nonfinite(parse_failure("--nonfinite", o.nonfinite));
   if (o.no_cuda_graph) param.set_cuda_graph(false);
+  if (!o.precision.empty())
+    param.set_precision(lamina::parse_precision(o.precision, "--precision"));
   // Several GPUs: this process launches the workers (workers.hpp) and waits for them.
   std::vector<int> stop_signals;
   for (const auto& [sig, effect] : {std::pair{SIGINT, sigint}, {SIGTERM, sigterm}, {SIGHUP, sighup}})
@@ -277,6 +291,7 @@ int train(const TrainOptions& o, int argc, char** argv) {
                 << "lamina train --solver " << o.solver_path << " --snapshot "
                 << solver->last_snapshot().state;
       if (!o.gpu.empty()) std::cout << " --gpu " << lamina::cli::job_gpu(o.gpu);
+      if (!o.precision.empty()) std::cout << " --precision " << o.precision;
     }
     std::cout << std::endl;
     return 0;
@@ -292,10 +307,10 @@ int train(const TrainOptions& o, int argc, char** argv) {
 // batches. Errors of the TEST net (building it, loading the weights into it, running it) say
 // that it is the TEST net.
 int test(const std::string& model_path, const std::string& weights_path, int iterations,
-         const std::string& gpu) {
+         const std::string& gpu, const std::string& precision) {
   LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0, got ", iterations);
   auto backend = backend_for(gpu);
-  const lamina::NetParameter net_param = lamina::read_net_parameter(model_path);
+  const lamina::NetParameter net_param = net_in_precision(model_path, precision);
   const std::string label = "TEST net of " + model_path;
   lamina::Net net = with_context(label, [&] {
     return lamina::Net(net_param, lamina::TEST, *backend, 1, nullptr, model_path);
@@ -336,10 +351,11 @@ int test(const std::string& model_path, const std::string& weights_path, int ite
 
 // Per-layer forward and backward time (synchronizing around each layer) and the
 // whole-iteration time (no synchronization inside the iteration).
-int time_net(const std::string& model_path, int iterations, const std::string& gpu) {
+int time_net(const std::string& model_path, int iterations, const std::string& gpu,
+             const std::string& precision) {
   LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0, got ", iterations);
   auto backend = backend_for(gpu);
-  lamina::Net net(lamina::read_net_parameter(model_path), lamina::TRAIN, *backend, 1, nullptr,
+  lamina::Net net(net_in_precision(model_path, precision), lamina::TRAIN, *backend, 1, nullptr,
                   model_path);
   net.forward();  // warm-up: first touches, library initialisation
   net.backward();
@@ -422,7 +438,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Lamina: train, score and time neural networks defined in prototxt files",
                "lamina"};
   app.require_subcommand(1);
-  std::string model_path, weights_path, gpu;
+  std::string model_path, weights_path, gpu, precision;
   int iterations = 50;
   TrainOptions train_options;
 
@@ -459,17 +475,23 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--no-cuda-graph", train_options.no_cuda_graph,
                       "Launch every operation of a step directly instead of replaying it as "
                       "a CUDA graph (the solver's cuda_graph: false)");
+  constexpr const char* kPrecisionHelp =
+      "Precision of the layers that name none: fp32 or tf32 (docs/precision.md)";
+  train_cmd->add_option("--precision", train_options.precision,
+                        std::string(kPrecisionHelp) + "; default: the solver's precision, FP32");
 
   auto* test_cmd = app.add_subcommand("test", "Score trained weights on a net's TEST phase");
   test_cmd->add_option("--model", model_path, "Net prototxt (its TEST phase)")->required();
   test_cmd->add_option("--weights", weights_path, "Trained weights (.lamina)")->required();
   test_cmd->add_option("--iterations", iterations, "Batches to score (default 50)");
   test_cmd->add_option("--gpu", gpu, kGpuHelp)->type_name("INT");
+  test_cmd->add_option("--precision", precision, std::string(kPrecisionHelp) + "; default fp32");
 
   auto* time_cmd = app.add_subcommand("time", "Time a net's layers forward and backward");
   time_cmd->add_option("--model", model_path, "Net prototxt (its TRAIN phase)")->required();
   time_cmd->add_option("--iterations", iterations, "Iterations to average over (default 50)");
   time_cmd->add_option("--gpu", gpu, kGpuHelp)->type_name("INT");
+  time_cmd->add_option("--precision", precision, std::string(kPrecisionHelp) + "; default fp32");
 
   auto* query_cmd = app.add_subcommand("device_query", "List the GPUs Lamina can use");
   bool count_only = false;
@@ -487,8 +509,8 @@ int main(int argc, char** argv) {
             lamina::cli::with_flag_hints(e.what(), kTrainFieldFlags, "lamina train"));
       }
     }
-    if (*test_cmd) return test(model_path, weights_path, iterations, gpu);
-    if (*time_cmd) return time_net(model_path, iterations, gpu);
+    if (*test_cmd) return test(model_path, weights_path, iterations, gpu, precision);
+    if (*time_cmd) return time_net(model_path, iterations, gpu, precision);
     if (*query_cmd) return device_query(count_only, name_of, name_option->count() > 0);
   } catch (const lamina::Error& e) {
     std::cerr << "lamina: error" << lamina::cli::worker_label() << ": " << e.what() << std::endl;

@@ -19,6 +19,7 @@
 #include <iostream>
 
 #include "lamina/backend_factory.hpp"
+#include "lamina/precision.hpp"
 #include "lamina/solver.hpp"
 #include "mnist_model.hpp"
 
@@ -30,6 +31,7 @@ struct Options {
   lamina::mnist::ModelOptions model_options;
   std::string gpu;  // empty: as the solver file says
   bool no_cuda_graph = false;
+  std::string precision;  // empty: as the solver file says
 };
 
 // The model's prototxt files are models/<dir>/<file>_{solver,train}.prototxt.
@@ -70,10 +72,13 @@ int run(Options o) {
     throw lamina::Error(std::string(e.what()) + " (mnist: --gpu -1 trains on the CPU)");
   }
   if (o.no_cuda_graph) m.solver.set_cuda_graph(false);
+  if (!o.precision.empty())
+    m.solver.set_precision(lamina::parse_precision(o.precision, "--precision"));
   lamina::Solver trainer(m.solver, m.net, *backend, m.net_path);
-  std::printf("%s %s on %s: batch %d, lr %g (%s), momentum %g, weight decay %g, seed %lld, "
-              "%d epochs of %d iterations\n",
-              o.dataset.c_str(), o.model.c_str(), backend->name().c_str(), batch,
+  std::printf("%s %s on %s in %s: batch %d, lr %g (%s), momentum %g, weight decay %g, "
+              "seed %lld, %d epochs of %d iterations\n",
+              o.dataset.c_str(), o.model.c_str(), backend->name().c_str(),
+              lamina::Precision_Name(m.solver.precision()).c_str(), batch,
               m.solver.base_lr(), m.solver.lr_policy().c_str(), m.solver.momentum(),
               m.solver.weight_decay(), static_cast<long long>(trainer.seed()), epochs,
               iters_per_epoch);
@@ -155,6 +160,9 @@ int main(int argc, char** argv) {
       ->type_name("INT");
   app.add_flag("--no-cuda-graph", o.no_cuda_graph,
                "Launch every operation directly instead of replaying each step as a CUDA graph");
+  app.add_option("--precision", o.precision,
+                 "Precision to train in: fp32 or tf32 (default: the solver's, FP32; "
+                 "docs/precision.md)");
   const auto not_empty =
       accepts<std::string>("a directory", [](const std::string& v) { return !v.empty(); });
   app.add_option("--data-dir", o.model_options.data_dir,

@@ -30,6 +30,14 @@
 namespace lamina {
 
 enum class Transpose { kNo, kYes };
+
+// The arithmetic of products (gemm, linear_forward and the convolutions; Backend::set_math).
+// kFP32: full FP32. kTF32: each operand rounded to TF32 (FP32's 8 exponent bits, 10 of its
+// 23 mantissa bits), products accumulated in FP32: on tensor cores on CUDA.
+enum class Math { kFP32, kTF32 };
+
+inline const char* math_name(Math math) { return math == Math::kTF32 ? "TF32" : "FP32"; }
+
 enum class Activation { kReLU, kSigmoid, kTanH };
 
 // How a loss is divided; mirrors LossParameter.normalization.
@@ -148,8 +156,19 @@ class Backend {
   virtual void fill(int64_t n, float value, float* x) = 0;
   virtual void synchronize() = 0;
 
+  // ---- the arithmetic of products ----
+  // gemm, linear_forward and conv_* compute in math(); every other operation in FP32. The
+  // net sets it around each layer's calls to the layer's precision (MathScope, below), so
+  // layers need not know it. Under kTF32 the Native backend rounds the operands to nearest
+  // (ties to even) and multiplies in FP32; CUDA runs TF32 tensor-core kernels (cuBLAS's
+  // FAST_TF32 compute type, cuDNN's default math), whose rounding and summation order are
+  // their own, so the two agree within TF32's precision, not bit for bit.
+  virtual bool supports_math(Math math) const { return math == Math::kFP32; }
+  virtual void set_math(Math math) { math_ = math; }
+  Math math() const { return math_; }
+
   // ---- BLAS, float32, row-major ----
-  // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C
+  // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C, in math()
   virtual void gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
                     float alpha, const float* a, const float* b, float beta, float* c) = 0;
   // y = alpha op(A) x + beta y, A (m, n)
@@ -211,7 +230,7 @@ class Backend {
   // Linear layers, with the bias and a following ReLU fused in (the net fuses a Linear and a
   // ReLU that works in place on its output or is its only reader). y (rows, n) =
   // act(x (rows, k) W (n, k)^T + bias (n)), act the ReLU of activation_forward when relu,
-  // else the identity; bias may be null. Written with =.
+  // else the identity; bias may be null. Written with =. The product in math().
   virtual void linear_forward(int64_t rows, int64_t n, int64_t k, const float* x,
                               const float* w, const float* bias, bool relu, float* y) = 0;
   // The gradient through a ReLU after a Linear, and the Linear's bias gradient: with y (the
@@ -238,7 +257,7 @@ class Backend {
   // defaults here throw an Error naming the backend and the operation. A new backend needs
   // only the sections above and the solver update.
   // Arrays viewed as (outer, channels, inner) are per-channel along the middle axis.
-  // kConvolution. y = conv(x, weight) + bias (bias may be null). Written with =.
+  // kConvolution, in math(). y = conv(x, weight) + bias (bias may be null). Written with =.
   virtual void conv_forward(const ConvGeometry& g, const float* x, const float* weight,
                             const float* bias, float* y);
   // dx = the gradient w.r.t. x, written with =.
@@ -378,6 +397,24 @@ class Backend {
   virtual std::unique_ptr<CapturedOps> end_capture(bool keep);
   // Throws the Error of an optional operation this backend does not implement.
   [[noreturn]] void unsupported(Operation op, const char* function) const;
+
+ private:
+  Math math_ = Math::kFP32;
+};
+
+// Backend::set_math for the scope's life; the math before it is restored when it goes.
+class MathScope {
+ public:
+  MathScope(Backend& backend, Math math) : backend_(backend), before_(backend.math()) {
+    backend.set_math(math);
+  }
+  ~MathScope() { backend_.set_math(before_); }
+  MathScope(const MathScope&) = delete;
+  MathScope& operator=(const MathScope&) = delete;
+
+ private:
+  Backend& backend_;
+  Math before_;
 };
 
 // open_side_lane() for the scope's life: close() closes it (and may throw, like any

@@ -95,6 +95,7 @@ class NativeBackend final : public Backend {
   void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
                             float* dx) override;
   bool supports(Operation) const override { return true; }  // every optional operation
+  bool supports_math(Math) const override { return true; }  // TF32 by rounding (products.hpp)
 
   void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
               float* weights, const float* grads, float* history, float* history2) override;

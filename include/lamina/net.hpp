@@ -61,6 +61,8 @@ class Net {
   // Whether layer i's work is done by the layer before it (Layer::absorb): forward_layer and
   // backward_layer skip it.
   bool layer_fused(int i) const { return fused_[i]; }
+  // The Math layer i's products run in: its precision (LayerParameter.precision).
+  Math layer_math(int i) const { return math_[i]; }
   Tensors layer_bottoms(int i) const;
   Tensors layer_tops(int i) const;
 
@@ -121,6 +123,7 @@ class Net {
   void infer_backward();
   void bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared);
   void fuse_layers();
+  void log_precisions() const;  // which layers run in which Math
 
   std::string name_;
   Phase phase_;
@@ -129,6 +132,7 @@ class Net {
   std::vector<LayerIO> io_;
   std::vector<bool> needs_backward_;
   std::vector<bool> fused_;  // per layer: absorbed by the layer before it
+  std::vector<Math> math_;   // per layer: the Math of its products (its precision)
   std::vector<bool> learnable_;  // per layer: some parameter has lr_mult != 0
   std::vector<std::vector<bool>> propagate_;  // per layer, per bottom
   std::vector<std::unique_ptr<Tensor>> blobs_;

@@ -8,6 +8,7 @@ namespace lamina {
 
 void Net::forward_layer(int i) {
   if (fused_[i]) return;
+  MathScope math(backend_, math_[i]);
   layers_[i]->forward(io_[i].bottom_tensors, io_[i].top_tensors);
 }
 
@@ -18,6 +19,7 @@ void Net::backward_layer(int i, const std::function<void(int)>& params_done) {
   }
   const Tensors& bottom = io_[i].bottom_tensors;
   const Tensors& top = io_[i].top_tensors;
+  MathScope math(backend_, math_[i]);
   // Parameters first: an in-place layer's backward_input overwrites the top diff. A frozen
   // layer (every parameter at lr_mult 0) computes no parameter gradients: they would cost a
   // gemm and count in the clipping norm, as they do not in Caffe or PyTorch.

@@ -19,6 +19,7 @@
 #include "lamina/filler.hpp"
 #include "lamina/io.hpp"
 #include "lamina/net.hpp"
+#include "lamina/precision.hpp"
 #include "lamina/registry.hpp"
 
 namespace lamina {
@@ -77,6 +78,13 @@ void flatten(const LayerParameter& p, std::vector<int> path, const std::string& 
            name + "' (" + p.type() + "): ";
   };
   std::vector<FlatLayer>& out = plan.flat;
+  if (p.has_precision()) {
+    try {
+      math_of(p.precision());
+    } catch (const Error& e) {
+      fail(here(), e.what());
+    }
+  }
   if (p.type() != "Sequential") {
     LAMINA_REQUIRE(p.layer_size() == 0, here(), "only a Sequential container may hold layers");
     FlatLayer flat{p, path};
@@ -94,7 +102,13 @@ void flatten(const LayerParameter& p, std::vector<int> path, const std::string& 
   for (int i = 0; i < p.layer_size(); ++i) {
     std::vector<int> child = path;
     child.push_back(i);
-    flatten(p.layer(i), child, name + "/", plan);
+    if (p.has_precision() && !p.layer(i).has_precision()) {  // the container's precision
+      LayerParameter inherits = p.layer(i);
+      inherits.set_precision(p.precision());
+      flatten(inherits, child, name + "/", plan);
+    } else {
+      flatten(p.layer(i), child, name + "/", plan);
+    }
   }
   LAMINA_REQUIRE(out.size() > first, here(), "no child layer is included in this phase");
   if (p.bottom_size() == 1 && out[first].param.bottom_size() == 0)
@@ -143,6 +157,10 @@ void resolve_chaining(NetPlan& plan) {
         LAMINA_REQUIRE(plan.backend.supports(op), "layer '", p.name(), "' (", p.type(),
                        ") needs ", operation_name(op), ", which the ", plan.backend.name(),
                        " backend does not implement");
+      LAMINA_REQUIRE(plan.backend.supports_math(math_of(p.precision())), "layer '", p.name(),
+                     "' (", p.type(), ") runs in ", Precision_Name(p.precision()), ", which the ",
+                     plan.backend.name(), " backend does not implement; train in FP32 (the "
+                     "layer's, its container's or the solver's precision, or --precision fp32)");
       std::vector<std::string> b(p.bottom().begin(), p.bottom().end());
       std::vector<std::string> t(p.top().begin(), p.top().end());
       if (b.empty() && layer.min_bottoms() > 0) {
@@ -224,6 +242,7 @@ void insert_splits(NetPlan& plan) {
       split.set_name(blob + "_" + plan.flat[i].param.name() + "_" + std::to_string(j) + "_split");
       split.set_type("Split");
       split.add_bottom(blob);
+      if (plan.flat[i].param.has_precision()) split.set_precision(plan.flat[i].param.precision());
       std::vector<std::string> split_tops;
       for (size_t k = 0; k < c->second.size(); ++k) {
         split_tops.push_back(split.name() + "_" + std::to_string(k));
@@ -265,6 +284,22 @@ void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamA
   for (size_t i = 0; i < layers_.size(); ++i)
     VLOG(1) << "layer " << layers_[i]->name() << " (" << layers_[i]->type() << ")"
             << (needs_backward_[i] ? " needs backward" : "");
+  for (const FlatLayer& f : plan.flat) math_.push_back(math_of(f.param.precision()));
+  log_precisions();
+}
+
+// "TRAIN net 'mlp': every layer in TF32", or "...: TF32 in fc1, fc2; FP32 in loss".
+void Net::log_precisions() const {
+  std::map<Math, std::string> names;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    std::string& list = names[math_[i]];
+    list += (list.empty() ? "" : ", ") + layers_[i]->name();
+  }
+  std::string text;
+  for (const auto& [math, list] : names)
+    text += std::string(text.empty() ? "" : "; ") + math_name(math) + " in " + list;
+  if (names.size() == 1) text = std::string("every layer in ") + math_name(names.begin()->first);
+  LOG(INFO) << Phase_Name(phase_) << " net '" << name_ << "': " << text;
 }
 
 // 4.

@@ -16,6 +16,7 @@
 #include "lamina/communicator.hpp"
 #include "lamina/io.hpp"
 #include "lamina/lr_policy.hpp"
+#include "lamina/precision.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina/snapshot_lock.hpp"
 #include "lamina/solver_config.hpp"
@@ -54,9 +55,12 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   seed_ = comm_ ? broadcast_value(*comm_, seed) : seed;  // worker 0's: the same data order
   if (param.random_seed() < 0) LOG(INFO) << "random_seed not set; using " << seed_;
   if (comm_) check_workers_agree(net_param);
-  net_ = std::make_unique<Net>(net_param, TRAIN, backend, seed_, nullptr, source);
+  // Layers that name no precision run in the solver's.
+  NetParameter net = net_param;
+  set_default_precision(net, param.precision());
+  net_ = std::make_unique<Net>(net, TRAIN, backend, seed_, nullptr, source);
   if (param.test_iter_size() == 1) {
-    test_net_ = std::make_unique<Net>(net_param, TEST, backend, seed_ + 1, net_->arena_handle(),
+    test_net_ = std::make_unique<Net>(net, TEST, backend, seed_ + 1, net_->arena_handle(),
                                       source);
     const int64_t outputs = [&] {
       int64_t n = 0;

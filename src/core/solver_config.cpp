@@ -16,6 +16,7 @@
 #include "lamina/common.hpp"
 #include "lamina/io.hpp"
 #include "lamina/lr_policy.hpp"
+#include "lamina/precision.hpp"
 
 namespace lamina {
 namespace {
@@ -235,6 +236,11 @@ void check_run_fields(const Checker& c, const SolverParameter& p, const std::str
     c.require(p.test_interval() > 0, "test_initialization",
               "test_initialization is set but no test_interval says when to test");
 
+  try {
+    math_of(p.precision());
+  } catch (const Error& e) {
+    c.refuse("precision", e.what());
+  }
   c.require(p.gradient_bucket_mb() > 0, "gradient_bucket_mb", "gradient_bucket_mb is ",
             p.gradient_bucket_mb(), "; give the size in megabytes (> 0) of the gradient "
             "buckets the workers of a data-parallel job sum while backward runs");

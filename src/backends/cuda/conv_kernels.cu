@@ -75,14 +75,21 @@ __global__ void col2im_kernel(ConvShape s, const float* dcol, float* dx) {
 cublasOperation_t blas_op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 // Row-major C_i (m, n) = alpha op(A_i) op(B_i) + beta C_i for i < batch, the matrices of
-// each operand strided in memory (cuBLAS is column-major: C^T = op(B)^T op(A)^T).
-void strided_gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, float alpha, const float* a, int64_t lda, int64_t stride_a,
-                  const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
-                  int64_t ldc, int64_t stride_c, int64_t batch) {
-  LAMINA_CUBLAS_CHECK(cublasSgemmStridedBatched_64(handle, blas_op(trans_b), blas_op(trans_a),
-                                                   n, m, k, &alpha, b, ldb, stride_b, a, lda,
-                                                   stride_a, &beta, c, ldc, stride_c, batch));
+// each operand strided in memory (cuBLAS is column-major: C^T = op(B)^T op(A)^T), in math.
+void strided_gemm(cublasHandle_t handle, Math math, bool trans_a, bool trans_b, int64_t m,
+                  int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
+                  float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+  if (math == Math::kFP32) {
+    LAMINA_CUBLAS_CHECK(cublasSgemmStridedBatched_64(handle, blas_op(trans_b), blas_op(trans_a),
+                                                     n, m, k, &alpha, b, ldb, stride_b, a, lda,
+                                                     stride_a, &beta, c, ldc, stride_c, batch));
+    return;
+  }
+  LAMINA_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      handle, blas_op(trans_b), blas_op(trans_a), n, m, k, &alpha, b, CUDA_R_32F, ldb, stride_b,
+      a, CUDA_R_32F, lda, stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, batch,
+      CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
 }
 
 // Sizes derived from a geometry.
@@ -120,8 +127,8 @@ void CudaBackend::im2col_conv_forward(const ConvGeometry& g, const float* x,
       LAMINA_CUDA_LAUNCHED(im2col_kernel);
       col = scratch;
     }
-    strided_gemm(context_.blas(), false, false, d.kg, d.out_plane, d.group_rows, 1.0f, weight,
-                 d.group_rows, d.kg * d.group_rows, col, d.out_plane,
+    strided_gemm(context_.blas(), math(), false, false, d.kg, d.out_plane, d.group_rows, 1.0f,
+                 weight, d.group_rows, d.kg * d.group_rows, col, d.out_plane,
                  d.group_rows * d.out_plane, 0.0f, y + i * d.out_image, d.out_plane,
                  d.kg * d.out_plane, g.groups);
   }
@@ -136,8 +143,8 @@ void CudaBackend::im2col_conv_backward_data(const ConvGeometry& g, const float* 
     float* dcol = d.pointwise
                       ? dx + i * d.in_image
                       : static_cast<float*>(context_.workspace(sizeof(float) * d.col_floats));
-    strided_gemm(context_.blas(), true, false, d.group_rows, d.out_plane, d.kg, 1.0f, weight,
-                 d.group_rows, d.kg * d.group_rows, dy + i * d.out_image, d.out_plane,
+    strided_gemm(context_.blas(), math(), true, false, d.group_rows, d.out_plane, d.kg, 1.0f,
+                 weight, d.group_rows, d.kg * d.group_rows, dy + i * d.out_image, d.out_plane,
                  d.kg * d.out_plane, 0.0f, dcol, d.out_plane, d.group_rows * d.out_plane,
                  g.groups);
     if (d.pointwise) continue;
@@ -161,7 +168,7 @@ void CudaBackend::im2col_conv_backward_filter(const ConvGeometry& g, const float
       LAMINA_CUDA_LAUNCHED(im2col_kernel);
       col = scratch;
     }
-    strided_gemm(context_.blas(), false, true, d.kg, d.group_rows, d.out_plane, 1.0f,
+    strided_gemm(context_.blas(), math(), false, true, d.kg, d.group_rows, d.out_plane, 1.0f,
                  dy + i * d.out_image, d.out_plane, d.kg * d.out_plane, col, d.out_plane,
                  d.group_rows * d.out_plane, 1.0f, dweight, d.group_rows,
                  d.kg * d.group_rows, g.groups);

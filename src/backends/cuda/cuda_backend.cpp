@@ -28,6 +28,12 @@ cublasOperation_t blas_op(Transpose t) { return t == Transpose::kNo ? CUBLAS_OP_
 // Memory and transfers
 // ---------------------------------------------------------------------------------------
 
+// TF32 tensor cores came with compute capability 8.0 (Ampere); before, cuBLAS's FAST_TF32
+// would quietly compute in FP32, so TF32 layers are refused there.
+bool CudaBackend::supports_math(Math math) const {
+  return math == Math::kFP32 || context_.properties().major >= 8;
+}
+
 void* CudaBackend::allocate(size_t bytes) {
   context_.make_current();
   return context_.allocate(bytes, "a tensor or buffer");
@@ -114,8 +120,15 @@ void CudaBackend::gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t 
   }
   const int64_t lda = trans_a == Transpose::kNo ? k : m;
   const int64_t ldb = trans_b == Transpose::kNo ? n : k;
-  LAMINA_CUBLAS_CHECK(cublasSgemm_64(context_.blas(), blas_op(trans_b), blas_op(trans_a), n, m,
-                                     k, &alpha, b, ldb, a, lda, &beta, c, n));
+  if (math() == Math::kFP32) {
+    LAMINA_CUBLAS_CHECK(cublasSgemm_64(context_.blas(), blas_op(trans_b), blas_op(trans_a), n,
+                                       m, k, &alpha, b, ldb, a, lda, &beta, c, n));
+    return;
+  }
+  LAMINA_CUBLAS_CHECK(cublasGemmEx_64(context_.blas(), blas_op(trans_b), blas_op(trans_a), n, m,
+                                      k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta,
+                                      c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                      CUBLAS_GEMM_DEFAULT));
 }
 
 // y = alpha op(A) x + beta y, A (m, n): y (m), x (n) untransposed; y (n), x (m) transposed.

@@ -130,6 +130,7 @@ class CudaBackend final : public Backend {
                             float* dx) override;
   // Every optional operation: convolution runs through cuDNN, or im2col + cuBLAS without it.
   bool supports(Operation) const override { return true; }
+  bool supports_math(Math math) const override;  // TF32 from compute capability 8.0
 
   void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
               float* weights, const float* grads, float* history, float* history2) override;

@@ -141,9 +141,9 @@ bool fits_cudnn(const ConvGeometry& g) {
 }
 
 // The plan of g, made (and its algorithms chosen) on the first call for g.
-const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g) {
+const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g, Math math) {
   auto& plans = context.conv_plans().by_geometry;
-  const GeometryKey key = key_of(g);
+  const GeometryKey key = key_of(g, math);
   const auto found = plans.find(key);
   if (found != plans.end()) return *found->second;
 
@@ -155,7 +155,7 @@ const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g) {
     const size_t limit =
         std::max(context.workspace_bytes(), std::min(free_bytes / 4, kMaxAlgorithmWorkspace));
     const auto remembered = context.conv_plans().remembered.find(key);
-    search(context, limit, g, *plan,
+    search(context, limit, g, math, *plan,
            remembered == context.conv_plans().remembered.end() ? nullptr : &remembered->second);
     count_conv_algorithm_search();
     // One workspace per lane for the whole net, grown here, once, to what this geometry
@@ -164,7 +164,8 @@ const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g) {
                                     plan->backward_filter.workspace});
     context.reserve_workspaces(std::max(plan->forward.workspace, plan->backward_data.workspace),
                                plan->backward_filter.workspace);
-    VLOG(1) << "convolution " << describe(g) << ": forward algorithm " << plan->forward.algo
+    VLOG(1) << math_name(math) << " convolution " << describe(g) << ": forward algorithm "
+            << plan->forward.algo
             << ", backward-data " << plan->backward_data.algo << ", backward-filter "
             << plan->backward_filter.algo << ", workspace " << needed << " bytes";
   } else {
@@ -181,13 +182,14 @@ void CudaBackend::conv_forward(const ConvGeometry& g, const float* x, const floa
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g);
+  const ConvPlan& plan = plan_for(context_, g, math());
   if (plan.forward.algo < 0) {
     im2col_conv_forward(g, x, weight, y);
   } else {
     const float one = 1.0f, zero = 0.0f;
     void* workspace = plan.forward.workspace > 0 ? context_.workspace(plan.forward.workspace)
                                                  : nullptr;
+    LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.forward.math));
     LAMINA_CUDNN_CHECK(cudnnConvolutionForward(
         context_.dnn(), &one, plan.x->get(), x, plan.w->get(), weight, plan.conv->get(),
         static_cast<cudnnConvolutionFwdAlgo_t>(plan.forward.algo), workspace,
@@ -201,7 +203,7 @@ void CudaBackend::conv_backward_data(const ConvGeometry& g, const float* weight,
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g);
+  const ConvPlan& plan = plan_for(context_, g, math());
   if (plan.backward_data.algo < 0) {
     im2col_conv_backward_data(g, weight, dy, dx);
     return;
@@ -210,6 +212,7 @@ void CudaBackend::conv_backward_data(const ConvGeometry& g, const float* weight,
   void* workspace = plan.backward_data.workspace > 0
                         ? context_.workspace(plan.backward_data.workspace)
                         : nullptr;
+  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_data.math));
   LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardData(
       context_.dnn(), &one, plan.w->get(), weight, plan.y->get(), dy, plan.conv->get(),
       static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.backward_data.algo), workspace,
@@ -221,7 +224,7 @@ void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, co
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g);
+  const ConvPlan& plan = plan_for(context_, g, math());
   if (plan.backward_filter.algo < 0) {
     im2col_conv_backward_filter(g, x, dy, dweight);
   } else {
@@ -229,6 +232,7 @@ void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, co
     void* workspace = plan.backward_filter.workspace > 0
                           ? context_.workspace(plan.backward_filter.workspace)
                           : nullptr;
+    LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_filter.math));
     LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
         context_.dnn(), &one, plan.x->get(), x, plan.y->get(), dy, plan.conv->get(),
         static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.backward_filter.algo), workspace,

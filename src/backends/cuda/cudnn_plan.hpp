@@ -40,20 +40,33 @@ using ConvolutionDescriptor =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
                cudnnDestroyConvolutionDescriptor>;
 
-// Float convolutions in full FP32 precision. Before cuDNN 8 (no TF32) that was the default.
+// The cuDNN math types a float convolution in a Math may run in. FP32: FMA math only, off
+// tensor cores. TF32: the descriptor allows tensor cores (tensor-op math) while algorithms
+// are timed, and the fastest of cuDNN's tensor-op and default-math results is taken: TF32
+// allows tensor cores without forcing them, so a small convolution keeps its fast FMA-like
+// kernels. Before cuDNN 8 (no TF32): default math, FP32.
+inline cudnnMathType_t cudnn_math(Math math) {
 #if CUDNN_VERSION >= 8000
-constexpr cudnnMathType_t kMathType = CUDNN_FMA_MATH;
+  return math == Math::kTF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
 #else
-constexpr cudnnMathType_t kMathType = CUDNN_DEFAULT_MATH;
+  (void)math;
+  return CUDNN_DEFAULT_MATH;
 #endif
+}
+inline bool runs_in(cudnnMathType_t type, Math math) {
+  if (type == cudnn_math(math)) return true;
+  return math == Math::kTF32 && type == CUDNN_DEFAULT_MATH;
+}
 
 // Largest workspace one convolution algorithm may ask for; also at most a quarter of the
 // device memory free when the geometry is planned.
 constexpr size_t kMaxAlgorithmWorkspace = size_t{1} << 30;
 
-// One direction's chosen algorithm; algo < 0: none, run by im2col + cuBLAS.
+// One direction's chosen algorithm; algo < 0: none, run by im2col + cuBLAS. Its math type is
+// set on the plan's descriptor before each call.
 struct Choice {
   int algo = -1;
+  cudnnMathType_t math = CUDNN_FMA_MATH;
   size_t workspace = 0;  // bytes
   bool deterministic = true;
 };
@@ -67,15 +80,23 @@ struct ConvPlan {
   Choice forward, backward_data, backward_filter;
 };
 
-using GeometryKey = std::array<int64_t, 16>;
+// A geometry's 16 sizes, then its Math (a convolution is planned once per geometry and math).
+using GeometryKey = std::array<int64_t, 17>;
 
-inline GeometryKey key_of(const ConvGeometry& g) {
+inline GeometryKey key_of(const ConvGeometry& g, Math math) {
   return {g.n, g.c, g.h, g.w, g.k, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
-          g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w};
+          g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w, static_cast<int64_t>(math)};
 }
 
-// The three directions' algorithms, in the order forward, backward-data, backward-filter.
-using ConvAlgorithms = std::array<int, 3>;
+// One direction's algorithm and math type as a solver state keeps it.
+struct Algorithm {
+  int algo;
+  cudnnMathType_t math;
+  bool operator==(const Algorithm& o) const { return algo == o.algo && math == o.math; }
+  bool operator!=(const Algorithm& o) const { return !(*this == o); }
+};
+// The three directions', in the order forward, backward-data, backward-filter.
+using ConvAlgorithms = std::array<Algorithm, 3>;
 
 // Every plan made on the device, by geometry. Never destroyed, like the context that holds
 // it: destroying descriptors during static destruction would race the runtime's teardown.
@@ -90,10 +111,11 @@ struct ConvPlans {
 // "x (8, 3, 32, 32), weight (16, 3, 3, 3), stride 1x1, ... -> y (8, 16, 32, 32)" (cudnn.cpp)
 std::string describe(const ConvGeometry& g);
 
-// Sets the plan's descriptors for g and chooses its three algorithms: `remembered` where it
-// is given and cuDNN accepts it for g, otherwise the fastest deterministic ones by timing
-// (cudnn_search.cpp). Algorithms may ask for at most `limit` bytes of workspace.
-void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan& plan,
-            const ConvAlgorithms* remembered);
+// Sets the plan's descriptors for g in math and chooses its three algorithms: `remembered`
+// where it is given and cuDNN accepts it for g, otherwise the fastest deterministic ones of
+// that math by timing (cudnn_search.cpp). Algorithms may ask for at most `limit` bytes of
+// workspace.
+void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math,
+            ConvPlan& plan, const ConvAlgorithms* remembered);
 
 }  // namespace lamina::cuda_detail

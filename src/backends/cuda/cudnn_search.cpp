@@ -41,30 +41,32 @@ bool known_nondeterministic(cudnnConvolutionBwdFilterAlgo_t algo) {
          algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
 }
 
-// The first of cuDNN's ranked perf results that is supported, FMA math, within the
-// workspace limit and (first pass) deterministic; none: algo -1. workspace_of(algo, &bytes)
-// asks cuDNN for the algorithm's workspace and returns its status.
+// The first of cuDNN's ranked perf results that is supported, of the math type `math`,
+// within the workspace limit and (first pass) deterministic; none: algo -1.
+// workspace_of(algo, &bytes) asks cuDNN for the algorithm's workspace and returns its status.
 template <class Perf, class WorkspaceOf>
-Choice choose(const std::vector<Perf>& ranked, size_t limit, WorkspaceOf workspace_of) {
+Choice choose(const std::vector<Perf>& ranked, Math math, size_t limit,
+              WorkspaceOf workspace_of) {
   for (const bool need_deterministic : {true, false}) {
     for (const Perf& perf : ranked) {
-      if (perf.status != CUDNN_STATUS_SUCCESS || perf.mathType != kMathType) continue;
+      if (perf.status != CUDNN_STATUS_SUCCESS || !runs_in(perf.mathType, math)) continue;
       const bool deterministic =
           perf.determinism == CUDNN_DETERMINISTIC && !known_nondeterministic(perf.algo);
       if (need_deterministic && !deterministic) continue;
       size_t bytes = 0;
-      if (workspace_of(perf.algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+      if (workspace_of(perf.algo, perf.mathType, &bytes) != CUDNN_STATUS_SUCCESS) continue;
       if (bytes > limit) continue;
-      return {static_cast<int>(perf.algo), bytes, deterministic};
+      return {static_cast<int>(perf.algo), perf.mathType, bytes, deterministic};
     }
   }
   return {};
 }
 
-void warn_about(const Choice& choice, const char* direction, const ConvGeometry& g) {
+void warn_about(const Choice& choice, Math math, const char* direction, const ConvGeometry& g) {
   if (choice.algo < 0) {
-    LOG(WARNING) << "cuDNN offers no FMA " << direction << " algorithm within the workspace "
-                 << "limit for " << describe(g) << "; using im2col + cuBLAS instead";
+    LOG(WARNING) << "cuDNN offers no " << math_name(math) << " " << direction << " algorithm "
+                 << "within the workspace limit for " << describe(g) << "; using im2col + "
+                 << "cuBLAS instead";
   } else if (!choice.deterministic) {
     LOG(WARNING) << "cuDNN offers no deterministic " << direction << " algorithm for "
                  << describe(g) << "; using algorithm " << choice.algo
@@ -100,14 +102,16 @@ class ScratchArrays {
   void* workspace = nullptr;
 };
 
-// The largest workspace an FMA algorithm of `ranked` asks for, up to limit.
+// The largest workspace an algorithm of `ranked` that runs in `math` asks for, up to limit.
 template <class Perf, class WorkspaceOf>
-size_t largest_workspace(const std::vector<Perf>& ranked, size_t limit, WorkspaceOf workspace_of) {
+size_t largest_workspace(const std::vector<Perf>& ranked, Math math, size_t limit,
+                         WorkspaceOf workspace_of) {
   size_t largest = 0;
   for (const Perf& perf : ranked) {
     size_t bytes = 0;
-    if (perf.status != CUDNN_STATUS_SUCCESS || perf.mathType != kMathType) continue;
-    if (workspace_of(perf.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > limit) continue;
+    if (perf.status != CUDNN_STATUS_SUCCESS || !runs_in(perf.mathType, math)) continue;
+    if (workspace_of(perf.algo, perf.mathType, &bytes) != CUDNN_STATUS_SUCCESS || bytes > limit)
+      continue;
     largest = std::max(largest, bytes);
   }
   return largest;
@@ -117,14 +121,16 @@ size_t largest_workspace(const std::vector<Perf>& ranked, size_t limit, Workspac
 // algorithm as one if it is one of cuDNN's and cuDNN accepts it for the plan within limit;
 // nothing otherwise.
 template <class Algo, int kCount, class WorkspaceOf>
-std::optional<Choice> remembered_choice(int algo, size_t limit, WorkspaceOf workspace_of) {
-  if (algo == -1) return Choice{};
+std::optional<Choice> remembered_choice(Algorithm a, Math math, size_t limit,
+                                        WorkspaceOf workspace_of) {
+  if (a.algo == -1) return Choice{};
   size_t bytes = 0;
-  if (algo < 0 || algo >= kCount ||
-      workspace_of(static_cast<Algo>(algo), &bytes) != CUDNN_STATUS_SUCCESS || bytes > limit) {
+  if (a.algo < 0 || a.algo >= kCount || !runs_in(a.math, math) ||
+      workspace_of(static_cast<Algo>(a.algo), a.math, &bytes) != CUDNN_STATUS_SUCCESS ||
+      bytes > limit) {
     return std::nullopt;
   }
-  return Choice{algo, bytes, !known_nondeterministic(static_cast<Algo>(algo))};
+  return Choice{a.algo, a.math, bytes, !known_nondeterministic(static_cast<Algo>(a.algo))};
 }
 
 // cuDNN's ranking (heuristics) of one direction's algorithms, as many as it has.
@@ -156,8 +162,9 @@ void time_algorithms(std::vector<Perf>& order, Find find) {
 
 }  // namespace
 
-void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan& plan,
-            const ConvAlgorithms* remembered) {
+void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math,
+            ConvPlan& plan, const ConvAlgorithms* remembered) {
+  const cudnnMathType_t math_type = cudnn_math(math);
   plan.x = std::make_unique<TensorDescriptor>();
   plan.y = std::make_unique<TensorDescriptor>();
   plan.w = std::make_unique<FilterDescriptor>();
@@ -176,7 +183,7 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan&
       conv, i(g.pad_h), i(g.pad_w), i(g.stride_h), i(g.stride_w), i(g.dilation_h),
       i(g.dilation_w), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   LAMINA_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, i(g.groups)));
-  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, kMathType));
+  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math_type));
 
   int on = 0, oc = 0, oh = 0, ow = 0;
   LAMINA_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &on, &oc, &oh, &ow));
@@ -185,13 +192,23 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan&
       << ") for " << describe(g);
 
   const cudnnHandle_t handle = context.dnn();
-  auto forward_workspace = [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+  // Workspace sizes depend on the math type: each query sets it on the descriptor first.
+  auto forward_workspace = [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t type,
+                               size_t* bytes) {
+    const cudnnStatus_t set = cudnnSetConvolutionMathType(conv, type);
+    if (set != CUDNN_STATUS_SUCCESS) return set;
     return cudnnGetConvolutionForwardWorkspaceSize(handle, x, w, conv, y, algo, bytes);
   };
-  auto data_workspace = [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+  auto data_workspace = [&](cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t type,
+                            size_t* bytes) {
+    const cudnnStatus_t set = cudnnSetConvolutionMathType(conv, type);
+    if (set != CUDNN_STATUS_SUCCESS) return set;
     return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w, y, conv, x, algo, bytes);
   };
-  auto filter_workspace = [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+  auto filter_workspace = [&](cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t type,
+                              size_t* bytes) {
+    const cudnnStatus_t set = cudnnSetConvolutionMathType(conv, type);
+    if (set != CUDNN_STATUS_SUCCESS) return set;
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x, y, conv, w, algo, bytes);
   };
 
@@ -199,13 +216,13 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan&
   std::optional<Choice> kept[3];
   if (remembered != nullptr) {
     kept[0] = remembered_choice<cudnnConvolutionFwdAlgo_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
-        (*remembered)[0], limit, forward_workspace);
+        (*remembered)[0], math, limit, forward_workspace);
     kept[1] =
         remembered_choice<cudnnConvolutionBwdDataAlgo_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
-            (*remembered)[1], limit, data_workspace);
+            (*remembered)[1], math, limit, data_workspace);
     kept[2] = remembered_choice<cudnnConvolutionBwdFilterAlgo_t,
-                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>((*remembered)[2], limit,
-                                                                         filter_workspace);
+                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>((*remembered)[2], math,
+                                                                         limit, filter_workspace);
     if (kept[0] && kept[1] && kept[2]) {
       plan.forward = *kept[0];
       plan.backward_data = *kept[1];
@@ -217,6 +234,9 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan&
                  << "may differ in the last bits from the interrupted run)";
   }
 
+  // Ranked and timed with the descriptor in the plan's math (the queries above change it).
+  const auto reset_math = [&] { LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math_type)); };
+  reset_math();
   auto forward = ranked<cudnnConvolutionFwdAlgoPerf_t>(
       [&](int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(handle, n); },
       [&](int n, int* returned, cudnnConvolutionFwdAlgoPerf_t* perfs) {
@@ -235,9 +255,11 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan&
                                                              perfs);
       });
 
-  const size_t scratch = std::max({largest_workspace(forward, limit, forward_workspace),
-                                   largest_workspace(data, limit, data_workspace),
-                                   largest_workspace(filter, limit, filter_workspace)});
+  const size_t scratch =
+      std::max({largest_workspace(forward, math, limit, forward_workspace),
+                largest_workspace(data, math, limit, data_workspace),
+                largest_workspace(filter, math, limit, filter_workspace)});
+  reset_math();
   ScratchArrays arrays;
   const size_t f = sizeof(float);
   if (arrays.allocate(f * g.n * g.c * g.h * g.w, f * g.k * (g.c / g.groups) * g.kh * g.kw,
@@ -261,24 +283,30 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvPlan&
     LOG(WARNING) << "no device memory to time cuDNN's algorithms for convolution " << describe(g)
                  << "; taking its heuristics' choice";
   }
-  plan.forward = kept[0] ? *kept[0] : choose(forward, limit, forward_workspace);
-  if (!kept[0]) warn_about(plan.forward, "forward", g);
-  plan.backward_data = kept[1] ? *kept[1] : choose(data, limit, data_workspace);
-  if (!kept[1]) warn_about(plan.backward_data, "backward-data", g);
-  plan.backward_filter = kept[2] ? *kept[2] : choose(filter, limit, filter_workspace);
-  if (!kept[2]) warn_about(plan.backward_filter, "backward-filter", g);
+  plan.forward = kept[0] ? *kept[0] : choose(forward, math, limit, forward_workspace);
+  if (!kept[0]) warn_about(plan.forward, math, "forward", g);
+  plan.backward_data = kept[1] ? *kept[1] : choose(data, math, limit, data_workspace);
+  if (!kept[1]) warn_about(plan.backward_data, math, "backward-data", g);
+  plan.backward_filter =
+      kept[2] ? *kept[2] : choose(filter, math, limit, filter_workspace);
+  if (!kept[2]) warn_about(plan.backward_filter, math, "backward-filter", g);
 }
 
 // "conv n c h w k kh kw stride_h stride_w pad_h pad_w dilation_h dilation_w groups out_h out_w
-// = forward backward-data backward-filter", a line per planned geometry.
+// = forward backward-data backward-filter", a line per planned geometry; "conv-tf32 ..." for a
+// TF32 convolution, whose algorithms carry a "t" where they run in tensor-op math.
+constexpr const char* kChoiceWord[] = {"conv", "conv-tf32"};  // by Math
+
 std::string conv_choices(CudaContext& context) {
   std::ostringstream out;
   for (const auto& [key, plan] : context.conv_plans().by_geometry) {
     if (!plan->conv) continue;  // runs by im2col: nothing chosen
-    out << "conv";
-    for (int64_t v : key) out << ' ' << v;
-    out << " = " << plan->forward.algo << ' ' << plan->backward_data.algo << ' '
-        << plan->backward_filter.algo << '\n';
+    out << kChoiceWord[key.back()];
+    for (size_t i = 0; i + 1 < key.size(); ++i) out << ' ' << key[i];
+    out << " =";
+    for (const Choice* c : {&plan->forward, &plan->backward_data, &plan->backward_filter})
+      out << ' ' << c->algo << (c->math == CUDNN_TENSOR_OP_MATH ? "t" : "");
+    out << '\n';
   }
   return out.str();
 }
@@ -288,17 +316,43 @@ bool reuse_conv_choice(CudaContext& context, const std::string& line) {
   std::string word, equals;
   GeometryKey key{};
   ConvAlgorithms algorithms{};
+  std::string tokens[3];
   in >> word;
-  for (int64_t& v : key) in >> v;
-  in >> equals >> algorithms[0] >> algorithms[1] >> algorithms[2];
-  if (!in || word != "conv" || equals != "=" || !(in >> std::ws).eof()) return false;
+  for (size_t i = 0; i + 1 < key.size(); ++i) in >> key[i];
+  in >> equals >> tokens[0] >> tokens[1] >> tokens[2];
+  if (!in || equals != "=" || !(in >> std::ws).eof()) return false;
+  Math math;
+  if (word == kChoiceWord[0]) {
+    math = Math::kFP32;
+  } else if (word == kChoiceWord[1]) {
+    math = Math::kTF32;
+  } else {
+    return false;
+  }
+  key.back() = static_cast<int64_t>(math);
+  // "7": the algorithm in the plan's own math (FMA; TF32's default math); "7t": tensor-op.
+  for (int i = 0; i < 3; ++i) {
+    size_t used = 0;
+    try {
+      algorithms[i].algo = std::stoi(tokens[i], &used);
+    } catch (const std::exception&) {
+      return false;
+    }
+    const std::string rest = tokens[i].substr(used);
+    if (rest != "" && !(rest == "t" && math == Math::kTF32)) return false;
+    algorithms[i].math = rest == "t"             ? CUDNN_TENSOR_OP_MATH
+                         : math == Math::kTF32 ? CUDNN_DEFAULT_MATH
+                                               : cudnn_math(math);
+  }
   ConvPlans& plans = context.conv_plans();
   plans.remembered[key] = algorithms;
   // A plan made already with other algorithms is made again at its next call.
   const auto made = plans.by_geometry.find(key);
   if (made != plans.by_geometry.end() && made->second->conv &&
-      ConvAlgorithms{made->second->forward.algo, made->second->backward_data.algo,
-                     made->second->backward_filter.algo} != algorithms) {
+      ConvAlgorithms{Algorithm{made->second->forward.algo, made->second->forward.math},
+                     Algorithm{made->second->backward_data.algo, made->second->backward_data.math},
+                     Algorithm{made->second->backward_filter.algo,
+                               made->second->backward_filter.math}} != algorithms) {
     plans.by_geometry.erase(made);
   }
   return true;

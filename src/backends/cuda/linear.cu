@@ -1,10 +1,11 @@
-// The fused Linear operations on CUDA. linear_forward is one cuBLASLt matmul whose epilogue
-// adds the bias and applies the ReLU; its plan (descriptors, and the algorithm cuBLASLt's
-// heuristic ranks first among those that fit the shared cuBLAS workspace and reduce without
-// atomics, so results are bit-identical run to run) is made once per shape and pointer
-// alignment and kept in the context; where cuBLASLt offers none, the product runs as a gemm
-// with the bias and the ReLU apart. linear_bias_backward is one kernel: the ReLU's
-// derivative and the bias gradient's column sums, in a fixed order.
+// The fused Linear operations on CUDA. linear_forward is one cuBLASLt matmul, in the backend's
+// math() (FP32, or TF32 on tensor cores), whose epilogue adds the bias and applies the ReLU;
+// its plan (descriptors, and the algorithm cuBLASLt's heuristic ranks first among those that
+// fit the shared cuBLAS workspace and reduce without atomics, so results are bit-identical
+// run to run) is made once per shape, pointer alignment and math and kept in the context;
+// where cuBLASLt offers none, the product runs as a gemm with the bias and the ReLU apart.
+// linear_bias_backward is one kernel: the ReLU's derivative and the bias gradient's column
+// sums, in a fixed order.
 #include <cublasLt.h>
 #include <glog/logging.h>
 
@@ -34,8 +35,8 @@ struct LinearPlan {
 
 struct LinearPlans {
   cublasLtHandle_t handle = nullptr;
-  // (rows, n, k, bias, relu, alignment in bytes of every pointer)
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int>;
+  // (rows, n, k, bias, relu, alignment in bytes of every pointer, math)
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, Math>;
   std::map<Key, std::unique_ptr<LinearPlan>> by_shape;
 };
 
@@ -69,9 +70,11 @@ void set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute, cons
 // op_T(W as k x n) * (x as k x rows).
 std::unique_ptr<LinearPlan> make_plan(CudaContext& context, cublasLtHandle_t handle,
                                       const LinearPlans::Key& key) {
-  const auto [rows, n, k, bias, relu, align] = key;
+  const auto [rows, n, k, bias, relu, align, math] = key;
   auto plan = std::make_unique<LinearPlan>();
-  LAMINA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasComputeType_t compute =
+      math == Math::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  LAMINA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
   set(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
   const cublasLtEpilogue_t epilogue =
@@ -107,7 +110,8 @@ std::unique_ptr<LinearPlan> make_plan(CudaContext& context, cublasLtHandle_t han
                                             plan->y, preference, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
-    LOG(WARNING) << "cuBLASLt has no algorithm for a Linear product of " << rows << "x" << k
+    LOG(WARNING) << "cuBLASLt has no " << math_name(math) << " algorithm for a Linear product of "
+                 << rows << "x" << k
                  << " by " << k << "x" << n << (relu ? " with ReLU" : "") << " on GPU "
                  << context.device() << "; it runs as a gemm with the bias and ReLU apart";
     plan->unfused = true;
@@ -161,7 +165,8 @@ void CudaBackend::linear_forward(int64_t rows, int64_t n, int64_t k, const float
   };
   if (k == 0) return unfused();
   LinearPlans& plans = context_.linear_plans();
-  const LinearPlans::Key key{rows, n, k, bias != nullptr, relu, alignment_of({x, w, bias, y})};
+  const LinearPlans::Key key{rows, n, k, bias != nullptr, relu, alignment_of({x, w, bias, y}),
+                             math()};
   auto found = plans.by_shape.find(key);
   if (found == plans.by_shape.end()) {
     context_.require_not_capturing("choosing a Linear product's algorithm");

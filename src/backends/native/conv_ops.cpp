@@ -1,4 +1,4 @@
-// NativeBackend's spatial operations: convolution (im2col + OpenBLAS sgemm, as Caffe does)
+// NativeBackend's spatial operations: convolution (im2col + sgemm in math(), as Caffe does)
 // and pooling (Caffe's loops). The semantics are the comments in backend.hpp.
 //
 // Convolution, NCHW. With kernel = kh kw and the groups' sizes cg = c / groups,
@@ -24,7 +24,6 @@
 //
 // Gradients: dx is written with =, dweight and dbias accumulate with +=. dbias sums in
 // double per channel, in a fixed order (deterministic for any thread count).
-#include <cblas.h>
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -34,28 +33,18 @@
 
 #include "lamina/native_backend.hpp"
 #include "parallel.hpp"
+#include "products.hpp"
 
 namespace lamina {
 namespace {
 
-using native::blas_size;
+using native::sgemm;
 using native::parallel_rows;
 
 // Images per sgemm: about kBatchColumns output positions, at most kColumnBudget floats
 // (1 MiB, cache-sized) of columns.
 constexpr int64_t kBatchColumns = 512;
 constexpr int64_t kColumnBudget = int64_t{1} << 18;
-
-// Row-major sgemm with explicit leading dimensions: C (m, n) = alpha op(A) op(B) + beta C.
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-           int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, blas_size(m, "conv gemm m"),
-              blas_size(n, "conv gemm n"), blas_size(k, "conv gemm k"), alpha, a,
-              blas_size(lda, "conv gemm lda"), b, blas_size(ldb, "conv gemm ldb"), beta, c,
-              blas_size(ldc, "conv gemm ldc"));
-}
 
 // A thread_local scratch matrix of at least n floats (slot 0: columns, 1: gathered y/dy).
 float* scratch(int slot, int64_t n) {
@@ -242,7 +231,7 @@ void NativeBackend::conv_forward(const ConvGeometry& g, const float* x, const fl
     // One image: sgemm straight into y. Several: into t (k, images out), then scattered.
     float* t = images == 1 ? y0 : scratch(1, g.k * ld);
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      sgemm(false, false, d.kg, ld, d.group_rows, 1.0f, weight + grp * d.kg * d.group_rows,
+      sgemm(math(), false, false, d.kg, ld, d.group_rows, 1.0f, weight + grp * d.kg * d.group_rows,
             d.group_rows, col + grp * d.group_rows * ld, ld, 0.0f, t + grp * d.kg * ld, ld);
     }
     if (images == 1 && bias == nullptr) continue;
@@ -275,7 +264,7 @@ void NativeBackend::conv_backward_data(const ConvGeometry& g, const float* weigh
     const bool direct = d.pointwise && images == 1;
     float* dcol = direct ? dx0 : scratch(0, g.c * d.kernel * ld);
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      sgemm(true, false, d.group_rows, ld, d.kg, 1.0f, weight + grp * d.kg * d.group_rows,
+      sgemm(math(), true, false, d.group_rows, ld, d.kg, 1.0f, weight + grp * d.kg * d.group_rows,
             d.group_rows, t + grp * d.kg * ld, ld, 0.0f, dcol + grp * d.group_rows * ld, ld);
     }
     if (!direct) col2im_images(g, d, images, dcol, dx0);
@@ -314,7 +303,7 @@ void NativeBackend::conv_backward_filter(const ConvGeometry& g, const float* x,
       t = gathered;
     }
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      sgemm(false, true, d.kg, d.group_rows, ld, 1.0f, t + grp * d.kg * ld, ld,
+      sgemm(math(), false, true, d.kg, d.group_rows, ld, 1.0f, t + grp * d.kg * ld, ld,
             col + grp * d.group_rows * ld, ld, 1.0f, dweight + grp * d.kg * d.group_rows,
             d.group_rows);
     }

@@ -29,6 +29,7 @@
 #include "lamina/common.hpp"
 #include "lamina/counter_rng.hpp"
 #include "parallel.hpp"
+#include "products.hpp"
 
 namespace lamina {
 namespace {
@@ -176,16 +177,8 @@ void NativeBackend::fill(int64_t n, float value, float* x) {
 void NativeBackend::gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
                          int64_t k, float alpha, const float* a, const float* b, float beta,
                          float* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // empty sum; cblas would reject the zero leading dimension
-    scale_output(m * n, beta, c);
-    return;
-  }
-  const blasint lda = blas_size(trans_a == Transpose::kNo ? k : m, "gemm lda");
-  const blasint ldb = blas_size(trans_b == Transpose::kNo ? n : k, "gemm ldb");
-  cblas_sgemm(CblasRowMajor, cblas_transpose(trans_a), cblas_transpose(trans_b),
-              blas_size(m, "gemm m"), blas_size(n, "gemm n"), blas_size(k, "gemm k"), alpha, a,
-              lda, b, ldb, beta, c, blas_size(n, "gemm ldc"));
+  const bool ta = trans_a == Transpose::kYes, tb = trans_b == Transpose::kYes;
+  native::sgemm(math(), ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
 }
 
 // y = alpha op(A) x + beta y, A (m, n): y (m), x (n) untransposed; y (n), x (m) transposed.
