@@ -58,6 +58,12 @@ class CoreForwardingBackend : public Backend {
     inner_.mul(n, a, b, y);
   }
   void dot(int64_t n, const float* x, const float* y, float* r) override { inner_.dot(n, x, y, r); }
+  void to_half(Half f, int64_t n, const float* x, uint16_t* y) override {
+    inner_.to_half(f, n, x, y);
+  }
+  void from_half(Half f, int64_t n, const uint16_t* x, float* y) override {
+    inner_.from_half(f, n, x, y);
+  }
   void activation_forward(Activation f, int64_t n, float s, const float* x, float* y) override {
     inner_.activation_forward(f, n, s, x, y);
   }

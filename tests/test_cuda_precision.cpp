@@ -3,7 +3,8 @@
 // cores ran) and bit-identical run to run; a TF32 convolution's algorithms are kept apart
 // from its FP32 ones in algorithm_choices.
 //
-// Every test needs a GPU and skips (with the reason) without one.
+// Then the 16-bit storage conversions, bit for bit against the Native backend's. Every test
+// needs a GPU and skips (with the reason) without one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -194,6 +195,40 @@ TEST_F(CudaTf32, ConvolutionInAllThreeDirections) {
   }
   EXPECT_EQ(line_of("conv-tf32"), other);
   EXPECT_EQ(line_of("conv"), fp32);
+}
+
+// 16-bit storage: the CUDA backend's conversions give the Native backend's bits (which
+// tests/test_half.cpp holds to the references), every 257th FP32 pattern and every 16-bit one.
+TEST(CudaHalf, ConversionsGiveNativesBits) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(cuda_);
+  std::vector<float> x;
+  for (uint64_t b = 0; b <= 0xffffffffu; b += 257) {
+    const uint32_t bits = uint32_t(b);
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    x.push_back(f);
+  }
+  std::vector<uint16_t> all(0x10000);
+  for (uint32_t h = 0; h < 0x10000; ++h) all[h] = uint16_t(h);
+  NativeBackend native;
+  for (Half format : {Half::kBF16, Half::kFP16}) {
+    const int64_t n = int64_t(x.size());
+    std::vector<uint16_t> want(n);
+    native.to_half(format, n, x.data(), want.data());
+    Floats dx(*cuda_, x);
+    Array<uint16_t> dh(*cuda_, size_t(n));
+    cuda_->to_half(format, n, dx.get(), dh.get());
+    EXPECT_TRUE(dh.host() == want) << "to_half, format " << int(format);
+
+    std::vector<float> back(all.size());
+    native.from_half(format, int64_t(all.size()), all.data(), back.data());
+    Array<uint16_t> dall(*cuda_, all);
+    Floats dback(*cuda_, all.size());
+    cuda_->from_half(format, int64_t(all.size()), dall.get(), dback.get());
+    const std::vector<float> got = dback.host();
+    EXPECT_EQ(std::memcmp(got.data(), back.data(), sizeof(float) * back.size()), 0)
+        << "from_half, format " << int(format);
+  }
 }
 
 }  // namespace

@@ -38,6 +38,9 @@ enum class Math { kFP32, kTF32 };
 
 inline const char* math_name(Math math) { return math == Math::kTF32 ? "TF32" : "FP32"; }
 
+// The 16-bit formats values can be stored in (Backend::to_half; rounding.hpp).
+enum class Half { kBF16, kFP16 };
+
 enum class Activation { kReLU, kSigmoid, kTanH };
 
 // How a loss is divided; mirrors LossParameter.normalization.
@@ -182,6 +185,13 @@ class Backend {
   // result[0] = x . y, accumulated in double and rounded once; result is in this backend's
   // memory (no wait).
   virtual void dot(int64_t n, const float* x, const float* y, float* result) = 0;
+
+  // ---- 16-bit storage ----
+  // y[i] = x[i] in `format`, as its 16 bits: to nearest with ties to even, NaN, overflow and
+  // subnormals as rounding.hpp's float_to_bf16 / float_to_fp16 say (every backend gives the
+  // same bits). from_half: y[i] = the value of x[i], exactly.
+  virtual void to_half(Half format, int64_t n, const float* x, uint16_t* y) = 0;
+  virtual void from_half(Half format, int64_t n, const uint16_t* x, float* y) = 0;
 
   // ---- neural-network operations ----
   // Labels are class indices stored as floats (the integer part counts), in [0, cols)

@@ -28,6 +28,8 @@ class NativeBackend final : public Backend {
   void scal(int64_t n, float alpha, float* x) override;
   void mul(int64_t n, const float* a, const float* b, float* y) override;
   void dot(int64_t n, const float* x, const float* y, float* result) override;
+  void to_half(Half format, int64_t n, const float* x, uint16_t* y) override;
+  void from_half(Half format, int64_t n, const uint16_t* x, float* y) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;

@@ -5,6 +5,7 @@
 // Where things are:
 //   cuda_backend.cpp     memory, transfers, cuBLAS calls, make_cuda_backend, device_query
 //   blas_kernels.cu      fill, mul, axpby, dot
+//   half_kernels.cu      16-bit storage: to_half, from_half (rounding.hpp's conversions)
 //   activation_kernels.cu, softmax_kernels.cu, loss_kernels.cu (cross-entropy, NLL,
 //   euclidean, accuracy), data_kernels.cu (dropout, gather_batch), update_kernel.cu
 //   linear.cu            the fused Linear: cuBLASLt with bias/ReLU epilogues, and the
@@ -63,6 +64,8 @@ class CudaBackend final : public Backend {
   void scal(int64_t n, float alpha, float* x) override;
   void mul(int64_t n, const float* a, const float* b, float* y) override;
   void dot(int64_t n, const float* x, const float* y, float* result) override;
+  void to_half(Half format, int64_t n, const float* x, uint16_t* y) override;
+  void from_half(Half format, int64_t n, const uint16_t* x, float* y) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;

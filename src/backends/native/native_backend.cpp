@@ -28,6 +28,7 @@
 
 #include "lamina/common.hpp"
 #include "lamina/counter_rng.hpp"
+#include "lamina/rounding.hpp"
 #include "parallel.hpp"
 #include "products.hpp"
 
@@ -232,6 +233,23 @@ void NativeBackend::dot(int64_t n, const float* x, const float* y, float* result
     partial[b] = sum;
   });
   result[0] = static_cast<float>(serial_sum(partial));
+}
+
+// rounding.hpp's conversions, the CUDA backend's too.
+void NativeBackend::to_half(Half format, int64_t n, const float* x, uint16_t* y) {
+  if (format == Half::kBF16) {
+    parallel_for(n, [=](int64_t i) { y[i] = float_to_bf16(x[i]); });
+  } else {
+    parallel_for(n, [=](int64_t i) { y[i] = float_to_fp16(x[i]); });
+  }
+}
+
+void NativeBackend::from_half(Half format, int64_t n, const uint16_t* x, float* y) {
+  if (format == Half::kBF16) {
+    parallel_for(n, [=](int64_t i) { y[i] = bf16_to_float(x[i]); });
+  } else {
+    parallel_for(n, [=](int64_t i) { y[i] = fp16_to_float(x[i]); });
+  }
 }
 
 // ---------------------------------------------------------------------------------------
