@@ -563,38 +563,44 @@ TEST_F(CudaBackendTest, UpdateEveryRule) {
   const UpdateRule rules[] = {UpdateRule::kSGD,   UpdateRule::kNesterov,
                               UpdateRule::kAdam,  UpdateRule::kAdamW,
                               UpdateRule::kRMSProp, UpdateRule::kAdaGrad};
-  for (UpdateRule rule : rules) {
-    for (Regularization reg : {Regularization::kL2, Regularization::kL1}) {
-      SCOPED_TRACE(::testing::Message() << rule_name(rule) << " "
-                                        << (reg == Regularization::kL1 ? "L1" : "L2"));
-      std::vector<float> cuda_weights;
-      expect_same([&](Backend& be) -> Outputs {
-        Floats w(be, w0), g(be, n), h(be, n), h2(be, n);
-        const DeviceLayout layout(be, segments, n);
-        UpdateArgs args;
-        args.rule = rule;
-        args.momentum = 0.9f;
-        args.momentum2 = rule == UpdateRule::kRMSProp ? 0.98f : 0.999f;
-        args.delta = 1e-8f;
-        args.weight_decay = 5e-3f;
-        args.regularization = reg;
-        TestStep t;
-        t.lr = 0.01f;
-        t.grad_scale = 0.5f;
-        DeviceStep state(be);
-        for (int step = 1; step <= 3; ++step) {
-          std::vector<float> grads = random_values(n, 100 + step);
-          be.copy_from_host(sizeof(float) * n, grads.data(), g.get());
-          t.step = step;
-          be.update(args, state.set(args, t), layout.layout, w.get(), g.get(), h.get(),
-                    h2.get());
+  // Arrays one float past an aligned address take the kernels' one-float path.
+  for (int64_t offset : {0, 1}) {
+    for (UpdateRule rule : rules) {
+      for (Regularization reg : {Regularization::kL2, Regularization::kL1}) {
+        SCOPED_TRACE(::testing::Message() << rule_name(rule) << " "
+                                          << (reg == Regularization::kL1 ? "L1" : "L2")
+                                          << " offset " << offset);
+        std::vector<float> cuda_weights;
+        std::vector<float> padded_w0(offset, 0.0f);
+        padded_w0.insert(padded_w0.end(), w0.begin(), w0.end());
+        expect_same([&](Backend& be) -> Outputs {
+          Floats w(be, padded_w0), g(be, n + offset), h(be, n + offset), h2(be, n + offset);
+          const DeviceLayout layout(be, segments, n);
+          UpdateArgs args;
+          args.rule = rule;
+          args.momentum = 0.9f;
+          args.momentum2 = rule == UpdateRule::kRMSProp ? 0.98f : 0.999f;
+          args.delta = 1e-8f;
+          args.weight_decay = 5e-3f;
+          args.regularization = reg;
+          TestStep t;
+          t.lr = 0.01f;
+          t.grad_scale = 0.5f;
+          DeviceStep state(be);
+          for (int step = 1; step <= 3; ++step) {
+            std::vector<float> grads = random_values(n, 100 + step);
+            be.copy_from_host(sizeof(float) * n, grads.data(), g.get() + offset);
+            t.step = step;
+            be.update(args, state.set(args, t), layout.layout, w.get() + offset,
+                      g.get() + offset, h.get() + offset, h2.get() + offset);
+          }
+          if (&be != &native_) cuda_weights = w.host();
+          return {{"weights", w.host()}, {"history", h.host()}, {"history2", h2.host()}};
+        });
+        ASSERT_EQ(cuda_weights.size(), size_t(n + offset));
+        for (int64_t i : {37, 40, 63, 114, 127}) {  // padding: untouched
+          EXPECT_EQ(cuda_weights[i + offset], w0[i]) << "padding element " << i << " was changed";
         }
-        if (&be != &native_) cuda_weights = w.host();
-        return {{"weights", w.host()}, {"history", h.host()}, {"history2", h2.host()}};
-      });
-      ASSERT_EQ(cuda_weights.size(), size_t(n));
-      for (int64_t i : {37, 40, 63, 114, 127}) {  // padding: untouched
-        EXPECT_EQ(cuda_weights[i], w0[i]) << "padding element " << i << " was changed";
       }
     }
   }

@@ -73,13 +73,15 @@ uint16_t reference_fp16(float x) {
 }
 
 // Patterns to convert: every 4099th of the 2^32 (every exponent, both signs, NaNs,
-// subnormals), every 16-bit tail at exponents where BF16 and FP16 round (the ties and their
-// neighbours, FP16's overflow and subnormal edges), then random ones.
+// subnormals); every 16-bit tail under ten high halves: BF16's ties and their neighbours at
+// each, FP16's at the normal ones, and FP16's overflow edge, smallest subnormals and the
+// carry from the largest subnormal into the smallest normal (0x387f...); then random ones.
 std::vector<uint32_t> patterns() {
   std::vector<uint32_t> out;
   for (uint64_t b = 0; b <= 0xffffffffu; b += 4099) out.push_back(uint32_t(b));
-  for (uint32_t high : {0x00000000u, 0x33000000u, 0x33800000u, 0x38000000u, 0x38800000u,
-                        0x3f800000u, 0x477f0000u, 0x7f7f0000u, 0xb3000000u, 0xc77f0000u})
+  for (uint32_t high : {0x00000000u, 0x33000000u, 0x33800000u, 0x38000000u, 0x387f0000u,
+                        0x38800000u, 0x3f800000u, 0x477f0000u, 0x7f7f0000u, 0xb3000000u,
+                        0xc77f0000u})
     for (uint32_t low = 0; low < (1u << 16); ++low) out.push_back(high | low);
   std::mt19937 gen(11);
   for (int i = 0; i < 1000000; ++i) out.push_back(uint32_t(gen()));
@@ -126,13 +128,23 @@ TEST(HalfRounding, DecodingIsExactAndRoundTrips) {
     if (bf_nan) {
       ASSERT_TRUE(std::isnan(bf)) << h;
     } else {
+      // The value from the definition: sign, 8 exponent bits (bias 127), 7 mantissa bits.
+      const int e = (h >> 7) & 0xff, m = h & 0x7f;
+      const double magnitude = e == 0xff ? INFINITY
+                               : e == 0  ? std::ldexp(double(m), -133)
+                                         : std::ldexp(double(128 + m), e - 134);
+      ASSERT_EQ(double(bf), (h & 0x8000) ? -magnitude : magnitude) << std::hex << h;
       ASSERT_EQ(float_to_bf16(bf), bits) << std::hex << h;
     }
     if (fp_nan) {
       ASSERT_TRUE(std::isnan(fp)) << h;
       ASSERT_EQ(std::signbit(fp), (h & 0x8000) != 0) << h;
     } else {
-      if ((h & 0x7c00) != 0x7c00) ASSERT_EQ(double(fp), fp16_value(bits)) << std::hex << h;
+      if ((h & 0x7c00) == 0x7c00) {
+        ASSERT_TRUE(std::isinf(fp)) << std::hex << h;
+      } else {
+        ASSERT_EQ(double(fp), fp16_value(bits)) << std::hex << h;
+      }
       ASSERT_EQ(float_to_fp16(fp), bits) << std::hex << h;
       ASSERT_EQ(std::signbit(fp), (h & 0x8000) != 0) << h;
     }
@@ -140,7 +152,7 @@ TEST(HalfRounding, DecodingIsExactAndRoundTrips) {
 }
 
 TEST(HalfRounding, NativeBackendRunsTheSameConversions) {
-  NativeBackend native;  // large enough for its thread pool
+  NativeBackend native;  // about 3.4M values: the conversions run on its thread pool
   std::vector<float> x;
   for (uint32_t b : patterns()) x.push_back(as_float(b));
   const int64_t n = int64_t(x.size());

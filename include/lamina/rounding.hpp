@@ -47,9 +47,9 @@ LAMINA_HOST_DEVICE inline uint16_t float_to_bf16(float x) {
 LAMINA_HOST_DEVICE inline float bf16_to_float(uint16_t h) { return bits_float(uint32_t{h} << 16); }
 
 // FP16 (IEEE binary16: 5 exponent bits, bias 15, 10 mantissa bits): values from 65520 up
-// (where 65504, the largest, and infinity tie) become infinity, values below 2^-14 become
-// subnormals (multiples of 2^-24), 2^-25 and below become zero; a NaN becomes the quiet NaN
-// 0x7e00 with its sign.
+// (where 65504, the largest, and infinity tie) become infinity; below 2^-14 (the smallest
+// normal) values round to multiples of 2^-24 (subnormals, or 2^-14 itself from just below
+// it), 2^-25 and below to zero; a NaN becomes the quiet NaN 0x7e00 with its sign.
 LAMINA_HOST_DEVICE inline uint16_t float_to_fp16(float x) {
   const uint32_t bits = float_bits(x);
   const uint32_t sign = (bits >> 16) & 0x8000u;
