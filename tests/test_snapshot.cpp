@@ -660,20 +660,22 @@ TEST(CudaGraphs, MnistLenet200IterationsReplayedEqualsDirect) {
   expect_replayed_equals_direct("lenet", 10);
 }
 
-// A device's convolution choices with every forward algorithm swapped (0 <-> 1, both
-// implicit GEMMs that cuDNN runs for any FMA geometry): as another process's timing might
-// have chosen.
-std::string other_forward_algorithms(const std::string& choices) {
+// A device's convolution choices with the forward algorithm of every line that starts with
+// `word` ("conv" for FP32, "conv-tf32") swapped (0 <-> 1, both implicit GEMMs that cuDNN runs
+// for any geometry; a TF32 line's then in default math): as another process's timing might
+// have chosen. Lines of the other precision are left alone (the device's plans are shared by
+// the process's tests).
+std::string other_forward_algorithms(const std::string& choices, const std::string& word) {
   std::istringstream in(choices);
   std::string line, out;
   while (std::getline(in, line)) {
     const size_t equals = line.find(" = ");
-    if (line.rfind("conv ", 0) == 0 && equals != std::string::npos) {
+    if (line.rfind(word + " ", 0) == 0 && equals != std::string::npos) {
       std::istringstream algos(line.substr(equals + 3));
-      int forward = 0, data = 0, filter = 0;
+      std::string forward, data, filter;  // "7", or "7t" for tensor-op math
       algos >> forward >> data >> filter;
-      line = line.substr(0, equals + 3) + std::to_string(forward == 0 ? 1 : 0) + " " +
-             std::to_string(data) + " " + std::to_string(filter);
+      line = line.substr(0, equals + 3) + (std::stoi(forward) == 0 ? "1" : "0") + " " + data +
+             " " + filter;
     }
     out += line + "\n";
   }
@@ -684,11 +686,13 @@ std::string other_forward_algorithms(const std::string& choices) {
 // resume + 100: bit-identical weights and the same loss at every iteration. With
 // other_process, the device's algorithm choices are changed between the snapshot and the
 // resume, as a new process's timing may choose: the solver state's choices must win.
-void expect_exact_resume(const std::string& model, Backend& backend, bool other_process) {
+void expect_exact_resume(const std::string& model, Backend& backend, bool other_process,
+                         Precision precision = FP32) {
   std::optional<mnist::Model> loaded = mnist_model(model);
   if (!loaded)
     GTEST_SKIP() << "MNIST is not in " << testing::mnist_dir() << " (scripts/fetch_mnist.sh)";
   mnist::Model& m = *loaded;
+  m.solver.set_precision(precision);
   TempDir dir;
   m.solver.set_display(1);
   m.solver.set_average_loss(1);
@@ -710,8 +714,9 @@ void expect_exact_resume(const std::string& model, Backend& backend, bool other_
     const SnapshotRecord* kept = file.find("algorithms");
     ASSERT_NE(kept, nullptr) << "the solver state keeps no algorithm choices";
     EXPECT_EQ(kept->bytes, chosen);
-    EXPECT_THAT(chosen, HasSubstr("\nconv "));
-    backend.reuse_algorithm_choices(other_forward_algorithms(chosen));
+    const std::string word = precision == TF32 ? "conv-tf32" : "conv";
+    EXPECT_THAT(chosen, HasSubstr("\n" + word + " "));
+    backend.reuse_algorithm_choices(other_forward_algorithms(chosen, word));
     ASSERT_NE(backend.algorithm_choices(), chosen) << "the choices did not change";
   }
   Solver resumed(m.solver, m.net, backend, m.net_path);
@@ -721,9 +726,9 @@ void expect_exact_resume(const std::string& model, Backend& backend, bool other_
   EXPECT_EQ(compare_losses(straight.loss_history(), first_half, resumed.loss_history()), "");
   const std::vector<float> a = arena_of(straight.net()), b = arena_of(resumed.net());
   EXPECT_TRUE(same_bits(a, b)) << "the weights after 200 iterations differ";
-  std::printf("MNIST %s on %s: 200 iterations straight vs 100 + snapshot + resume + 100%s: "
-              "weights %s, losses %s (last %.7f)\n",
-              model.c_str(), backend.name().c_str(),
+  std::printf("MNIST %s on %s in %s: 200 iterations straight vs 100 + snapshot + resume + "
+              "100%s: weights %s, losses %s (last %.7f)\n",
+              model.c_str(), backend.name().c_str(), Precision_Name(precision).c_str(),
               other_process ? " (other algorithms chosen in between)" : "",
               same_bits(a, b) ? "bit-identical" : "DIFFER",
               compare_losses(straight.loss_history(), first_half, resumed.loss_history()).empty()
@@ -738,6 +743,20 @@ TEST(ExactResume, MnistLenetCudaTakesTheAlgorithmsOfTheSolverState) {
   LAMINA_CUDA_BACKEND_OR_SKIP(backend);
   if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: nothing is chosen by timing";
   expect_exact_resume("lenet", *backend, true);
+}
+
+// TF32 resumes exactly too: on the GPU the TF32 convolutions' choices ("conv-tf32" lines)
+// are kept and taken back like FP32's.
+TEST(ExactResume, MnistLenetInTf32CudaTakesTheAlgorithmsOfTheSolverState) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+  if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: nothing is chosen by timing";
+  if (!backend->supports_math(Math::kTF32)) GTEST_SKIP() << "this GPU has no TF32";
+  expect_exact_resume("lenet", *backend, true, TF32);
+}
+
+TEST(ExactResume, MnistMlpInTf32Cpu) {
+  NativeBackend backend;
+  expect_exact_resume("mlp", backend, false, TF32);
 }
 
 TEST(ExactResume, MnistMlp200IterationsCpu) {
