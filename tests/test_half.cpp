@@ -14,24 +14,12 @@
 
 #include "lamina/native_backend.hpp"
 #include "lamina/rounding.hpp"
+#include "test_util.hpp"
 
 namespace lamina {
 namespace {
 
-// x rounded to nearest (ties to even) with `mantissa` bits after the point and the smallest
-// binade exponent `min_exponent` (below it, subnormal spacing), in double; 0 for overflow
-// past `limit` (the caller's infinity).
-double reference_round(float x, int mantissa, int min_exponent, double limit, bool* overflow) {
-  int e = 0;
-  std::frexp(x, &e);  // |x| = m 2^e, m in [0.5, 1)
-  const double spacing = std::ldexp(1.0, std::max(e - 1, min_exponent) - mantissa);
-  const double q = double(x) / spacing;
-  const double low = std::floor(q), above = q - low;
-  const bool up = above > 0.5 || (above == 0.5 && std::fmod(low, 2.0) != 0);
-  const double v = (up ? low + 1 : low) * spacing;
-  *overflow = std::abs(v) >= limit;
-  return v;
-}
+using testing::reference_round;
 
 uint16_t reference_bf16(float x) {
   const uint16_t sign = std::signbit(x) ? 0x8000 : 0;

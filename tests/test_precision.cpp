@@ -39,20 +39,13 @@ float from_bits(uint32_t b) {
   return x;
 }
 
-// The reference: x to the nearest multiple of TF32's spacing in x's binade (2^(e - 10), e the
-// binade's exponent, -126 for subnormals), ties to the even multiple, by arithmetic on
-// doubles (every step exact) rather than on bits. Past TF32's largest value: infinity.
+// The reference: testing::reference_round with TF32's 10 mantissa bits and FP32's exponent
+// range (a value past TF32's largest becomes infinity).
 float reference_tf32(float x) {
   if (!std::isfinite(x)) return x;
-  int e = 0;
-  std::frexp(x, &e);  // |x| = m 2^e, m in [0.5, 1)
-  const double spacing = std::ldexp(1.0, std::max(e - 1, -126) - 10);
-  const double q = double(x) / spacing;
-  const double low = std::floor(q), above = q - low;
-  const bool up = above > 0.5 || (above == 0.5 && std::fmod(low, 2.0) != 0);  // ties to even
-  const double n = up ? low + 1 : low;
-  const double v = n * spacing;
-  if (std::abs(v) >= std::ldexp(1.0, 128)) return std::copysign(INFINITY, x);
+  bool overflow = false;
+  const double v = testing::reference_round(x, 10, -126, std::ldexp(1.0, 128), &overflow);
+  if (overflow) return std::copysign(INFINITY, x);
   return std::copysign(static_cast<float>(v), x);
 }
 

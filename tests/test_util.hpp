@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -72,6 +73,23 @@ inline ConvGeometry conv_geometry(int64_t n, int64_t c, int64_t h, int64_t w, in
   g.out_h = (h + 2 * pad - (dilation * (kh - 1) + 1)) / stride + 1;
   g.out_w = (w + 2 * pad - (dilation * (kw - 1) + 1)) / stride + 1;
   return g;
+}
+
+// The reference of the rounding tests (rounding.hpp): x rounded to nearest, ties to even,
+// keeping `mantissa` bits after the binary point, with `min_exponent` the smallest binade
+// (subnormal spacing below it), by double arithmetic (every step exact) rather than on bits.
+// *overflow: the result's magnitude reached `limit`, the format's infinity.
+inline double reference_round(float x, int mantissa, int min_exponent, double limit,
+                              bool* overflow) {
+  int e = 0;
+  std::frexp(x, &e);  // |x| = m 2^e, m in [0.5, 1)
+  const double spacing = std::ldexp(1.0, std::max(e - 1, min_exponent) - mantissa);
+  const double q = double(x) / spacing;
+  const double low = std::floor(q), above = q - low;
+  const bool up = above > 0.5 || (above == 0.5 && std::fmod(low, 2.0) != 0);
+  const double v = (up ? low + 1 : low) * spacing;
+  *overflow = std::abs(v) >= limit;
+  return v;
 }
 
 // ||a - b|| / max(||b||, tiny), in double.

@@ -164,8 +164,9 @@ class Backend {
   // net sets it around each layer's calls to the layer's precision (MathScope, below), so
   // layers need not know it. Under kTF32 the Native backend rounds the operands to nearest
   // (ties to even) and multiplies in FP32; CUDA runs TF32 tensor-core kernels (cuBLAS's
-  // FAST_TF32 compute type, cuDNN's default math), whose rounding and summation order are
-  // their own, so the two agree within TF32's precision, not bit for bit.
+  // FAST_TF32 compute type, cuDNN's algorithms with tensor-op math allowed), whose rounding
+  // and summation order are their own, so the two agree within TF32's precision, not bit for
+  // bit.
   virtual bool supports_math(Math math) const { return math == Math::kFP32; }
   virtual void set_math(Math math) { math_ = math; }
   Math math() const { return math_; }

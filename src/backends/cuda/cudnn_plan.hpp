@@ -53,9 +53,14 @@ inline cudnnMathType_t cudnn_math(Math math) {
   return CUDNN_DEFAULT_MATH;
 #endif
 }
+// The math type of a Math's algorithms that do not run in tensor-op math: FMA for FP32
+// (the only one), cuDNN's default math for TF32.
+inline cudnnMathType_t plain_math(Math math) {
+  return math == Math::kTF32 ? CUDNN_DEFAULT_MATH : cudnn_math(math);
+}
+// Whether an algorithm of math type `type` runs in `math`.
 inline bool runs_in(cudnnMathType_t type, Math math) {
-  if (type == cudnn_math(math)) return true;
-  return math == Math::kTF32 && type == CUDNN_DEFAULT_MATH;
+  return type == cudnn_math(math) || type == plain_math(math);
 }
 
 // Largest workspace one convolution algorithm may ask for; also at most a quarter of the
@@ -93,10 +98,15 @@ struct Algorithm {
   int algo;
   cudnnMathType_t math;
   bool operator==(const Algorithm& o) const { return algo == o.algo && math == o.math; }
-  bool operator!=(const Algorithm& o) const { return !(*this == o); }
 };
 // The three directions', in the order forward, backward-data, backward-filter.
 using ConvAlgorithms = std::array<Algorithm, 3>;
+
+inline ConvAlgorithms algorithms_of(const ConvPlan& plan) {
+  return {Algorithm{plan.forward.algo, plan.forward.math},
+          Algorithm{plan.backward_data.algo, plan.backward_data.math},
+          Algorithm{plan.backward_filter.algo, plan.backward_filter.math}};
+}
 
 // Every plan made on the device, by geometry. Never destroyed, like the context that holds
 // it: destroying descriptors during static destruction would race the runtime's teardown.

@@ -193,23 +193,27 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math
 
   const cudnnHandle_t handle = context.dnn();
   // Workspace sizes depend on the math type: each query sets it on the descriptor first.
+  auto in_math = [&](cudnnMathType_t type, auto query) {
+    const cudnnStatus_t set = cudnnSetConvolutionMathType(conv, type);
+    return set != CUDNN_STATUS_SUCCESS ? set : query();
+  };
   auto forward_workspace = [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t type,
                                size_t* bytes) {
-    const cudnnStatus_t set = cudnnSetConvolutionMathType(conv, type);
-    if (set != CUDNN_STATUS_SUCCESS) return set;
-    return cudnnGetConvolutionForwardWorkspaceSize(handle, x, w, conv, y, algo, bytes);
+    return in_math(type, [&] {
+      return cudnnGetConvolutionForwardWorkspaceSize(handle, x, w, conv, y, algo, bytes);
+    });
   };
   auto data_workspace = [&](cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t type,
                             size_t* bytes) {
-    const cudnnStatus_t set = cudnnSetConvolutionMathType(conv, type);
-    if (set != CUDNN_STATUS_SUCCESS) return set;
-    return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w, y, conv, x, algo, bytes);
+    return in_math(type, [&] {
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w, y, conv, x, algo, bytes);
+    });
   };
   auto filter_workspace = [&](cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t type,
                               size_t* bytes) {
-    const cudnnStatus_t set = cudnnSetConvolutionMathType(conv, type);
-    if (set != CUDNN_STATUS_SUCCESS) return set;
-    return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x, y, conv, w, algo, bytes);
+    return in_math(type, [&] {
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x, y, conv, w, algo, bytes);
+    });
   };
 
   // The solver state's algorithms, where cuDNN takes them; the others are chosen anew.
@@ -235,7 +239,9 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math
   }
 
   // Ranked and timed with the descriptor in the plan's math (the queries above change it).
-  const auto reset_math = [&] { LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math_type)); };
+  const auto reset_math = [&] {
+    LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math_type));
+  };
   reset_math();
   auto forward = ranked<cudnnConvolutionFwdAlgoPerf_t>(
       [&](int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(handle, n); },
@@ -330,7 +336,7 @@ bool reuse_conv_choice(CudaContext& context, const std::string& line) {
     return false;
   }
   key.back() = static_cast<int64_t>(math);
-  // "7": the algorithm in the plan's own math (FMA; TF32's default math); "7t": tensor-op.
+  // "7": the algorithm in the Math's plain math (plain_math); "7t": in tensor-op math.
   for (int i = 0; i < 3; ++i) {
     size_t used = 0;
     try {
@@ -340,19 +346,14 @@ bool reuse_conv_choice(CudaContext& context, const std::string& line) {
     }
     const std::string rest = tokens[i].substr(used);
     if (rest != "" && !(rest == "t" && math == Math::kTF32)) return false;
-    algorithms[i].math = rest == "t"             ? CUDNN_TENSOR_OP_MATH
-                         : math == Math::kTF32 ? CUDNN_DEFAULT_MATH
-                                               : cudnn_math(math);
+    algorithms[i].math = rest == "t" ? CUDNN_TENSOR_OP_MATH : plain_math(math);
   }
   ConvPlans& plans = context.conv_plans();
   plans.remembered[key] = algorithms;
   // A plan made already with other algorithms is made again at its next call.
   const auto made = plans.by_geometry.find(key);
   if (made != plans.by_geometry.end() && made->second->conv &&
-      ConvAlgorithms{Algorithm{made->second->forward.algo, made->second->forward.math},
-                     Algorithm{made->second->backward_data.algo, made->second->backward_data.math},
-                     Algorithm{made->second->backward_filter.algo,
-                               made->second->backward_filter.math}} != algorithms) {
+      !(algorithms_of(*made->second) == algorithms)) {
     plans.by_geometry.erase(made);
   }
   return true;

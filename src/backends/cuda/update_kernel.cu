@@ -134,20 +134,20 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 template <UpdateRule kRule>
 void launch_update(cudaStream_t stream, const UpdateConstants& constants, const StepState* step,
                    const UpdateLayout& layout, float* w, const float* g, float* h, float* h2) {
-  // float4 loads where the arrays allow them (the arena always does), for the rules whose
-  // kernels then stay within their 32 registers: the others (Adam's two moments, the square
-  // roots) spill at width 4 and ran 2% slower than one float per thread (Adam on an H200:
-  // 0.227 against 0.222 ms for 25.6M floats).
-  constexpr bool kWideRule = kRule == UpdateRule::kSGD || kRule == UpdateRule::kNesterov;
-  const bool wide = kWideRule && layout.n % 4 == 0 && aligned16(w) && aligned16(g) &&
-                    aligned16(h) && (h2 == nullptr || aligned16(h2));
-  if (wide) {
-    update_kernel<kRule, 4><<<elementwise_grid(layout.n / 4), kBlock, 0, stream>>>(
-        constants, step, layout.n, layout.segments, layout.block_segment, w, g, h, h2);
-  } else {
-    update_kernel<kRule, 1><<<elementwise_grid(layout.n), kBlock, 0, stream>>>(
-        constants, step, layout.n, layout.segments, layout.block_segment, w, g, h, h2);
+  // float4 loads where the arrays allow them (the arena always does), for SGD and Nesterov
+  // only, whose kernels then stay within their 32 registers: the others (Adam's two moments,
+  // the square roots) spill at width 4 and ran 2% slower than one float per thread (Adam on
+  // an H200: 0.227 against 0.222 ms for 25.6M floats), so they have no four-float kernel.
+  if constexpr (kRule == UpdateRule::kSGD || kRule == UpdateRule::kNesterov) {
+    if (layout.n % 4 == 0 && aligned16(w) && aligned16(g) && aligned16(h)) {
+      update_kernel<kRule, 4><<<elementwise_grid(layout.n / 4), kBlock, 0, stream>>>(
+          constants, step, layout.n, layout.segments, layout.block_segment, w, g, h, h2);
+      LAMINA_CUDA_LAUNCHED(update_kernel);
+      return;
+    }
   }
+  update_kernel<kRule, 1><<<elementwise_grid(layout.n), kBlock, 0, stream>>>(
+      constants, step, layout.n, layout.segments, layout.block_segment, w, g, h, h2);
   LAMINA_CUDA_LAUNCHED(update_kernel);
 }
 

@@ -38,21 +38,15 @@
 namespace lamina {
 namespace {
 
-using native::sgemm;
 using native::parallel_rows;
+using native::Scratch;
+using native::scratch;
+using native::sgemm;
 
 // Images per sgemm: about kBatchColumns output positions, at most kColumnBudget floats
 // (1 MiB, cache-sized) of columns.
 constexpr int64_t kBatchColumns = 512;
 constexpr int64_t kColumnBudget = int64_t{1} << 18;
-
-// A thread_local scratch matrix of at least n floats (slot 0: columns, 1: gathered y/dy).
-float* scratch(int slot, int64_t n) {
-  thread_local std::vector<float> buffers[2];
-  std::vector<float>& b = buffers[slot];
-  if (static_cast<int64_t>(b.size()) < n) b.resize(n);
-  return b.data();
-}
 
 // The sizes derived from a geometry.
 struct ConvDims {
@@ -224,15 +218,16 @@ void NativeBackend::conv_forward(const ConvGeometry& g, const float* x, const fl
     const int64_t ld = images * d.out_plane;
     const float* col = x0;
     if (!(d.pointwise && images == 1)) {
-      float* c = scratch(0, g.c * d.kernel * ld);
+      float* c = scratch(Scratch::kColumns, g.c * d.kernel * ld);
       im2col_images(g, d, images, x0, c);
       col = c;
     }
     // One image: sgemm straight into y. Several: into t (k, images out), then scattered.
-    float* t = images == 1 ? y0 : scratch(1, g.k * ld);
+    float* t = images == 1 ? y0 : scratch(Scratch::kGathered, g.k * ld);
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      sgemm(math(), false, false, d.kg, ld, d.group_rows, 1.0f, weight + grp * d.kg * d.group_rows,
-            d.group_rows, col + grp * d.group_rows * ld, ld, 0.0f, t + grp * d.kg * ld, ld);
+      sgemm(math(), false, false, d.kg, ld, d.group_rows, 1.0f,
+            weight + grp * d.kg * d.group_rows, d.group_rows, col + grp * d.group_rows * ld, ld,
+            0.0f, t + grp * d.kg * ld, ld);
     }
     if (images == 1 && bias == nullptr) continue;
     parallel_rows(images * g.k, d.out_plane, [&](int64_t r) {
@@ -256,16 +251,17 @@ void NativeBackend::conv_backward_data(const ConvGeometry& g, const float* weigh
     const int64_t ld = images * d.out_plane;
     const float* t = dy0;  // dy as (k, images out)
     if (images > 1) {
-      float* gathered = scratch(1, g.k * ld);
+      float* gathered = scratch(Scratch::kGathered, g.k * ld);
       gather_planes(g, d, images, dy0, gathered);
       t = gathered;
     }
     // A pointwise image's column gradient is dx itself.
     const bool direct = d.pointwise && images == 1;
-    float* dcol = direct ? dx0 : scratch(0, g.c * d.kernel * ld);
+    float* dcol = direct ? dx0 : scratch(Scratch::kColumns, g.c * d.kernel * ld);
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      sgemm(math(), true, false, d.group_rows, ld, d.kg, 1.0f, weight + grp * d.kg * d.group_rows,
-            d.group_rows, t + grp * d.kg * ld, ld, 0.0f, dcol + grp * d.group_rows * ld, ld);
+      sgemm(math(), true, false, d.group_rows, ld, d.kg, 1.0f,
+            weight + grp * d.kg * d.group_rows, d.group_rows, t + grp * d.kg * ld, ld, 0.0f,
+            dcol + grp * d.group_rows * ld, ld);
     }
     if (!direct) col2im_images(g, d, images, dcol, dx0);
   }
@@ -292,13 +288,13 @@ void NativeBackend::conv_backward_filter(const ConvGeometry& g, const float* x,
     const int64_t ld = images * d.out_plane;
     const float* col = x0;
     if (!(d.pointwise && images == 1)) {
-      float* c = scratch(0, g.c * d.kernel * ld);
+      float* c = scratch(Scratch::kColumns, g.c * d.kernel * ld);
       im2col_images(g, d, images, x0, c);
       col = c;
     }
     const float* t = dy0;
     if (images > 1) {
-      float* gathered = scratch(1, g.k * ld);
+      float* gathered = scratch(Scratch::kGathered, g.k * ld);
       gather_planes(g, d, images, dy0, gathered);
       t = gathered;
     }

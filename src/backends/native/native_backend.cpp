@@ -43,18 +43,10 @@ using native::in_blas_chunks;
 using native::parallel_for;
 using native::parallel_ranges;
 using native::parallel_rows;
+using native::scale_output;
 
 CBLAS_TRANSPOSE cblas_transpose(Transpose t) {
   return t == Transpose::kNo ? CblasNoTrans : CblasTrans;
-}
-
-// y = beta y, with the BLAS convention that beta == 0 does not read y (NaN-safe).
-void scale_output(int64_t n, float beta, float* y) {
-  if (beta == 0) {
-    std::fill_n(y, n, 0.0f);
-  } else if (beta != 1) {
-    for (int64_t i = 0; i < n; ++i) y[i] *= beta;
-  }
 }
 
 // Labels are class indices stored as floats; the integer part counts, as a cast to int would

@@ -1,5 +1,6 @@
-// The Native backend's loop helpers, shared by its source files: parallel loops over the
-// sleeping thread pool (thread_pool.hpp) and OpenBLAS size checks.
+// The Native backend's helpers shared by its source files: parallel loops over the sleeping
+// thread pool (thread_pool.hpp), per-thread scratch matrices, and OpenBLAS size checks and
+// conventions.
 #pragma once
 
 #include <cblas.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "lamina/common.hpp"
 #include "thread_pool.hpp"
@@ -58,6 +60,26 @@ template <class F>
 void in_blas_chunks(int64_t n, F f) {
   for (int64_t start = 0; start < n; start += kBlasChunk) {
     f(start, static_cast<blasint>(std::min(kBlasChunk, n - start)));
+  }
+}
+
+// A per-thread scratch matrix of at least n floats, one per slot: its contents stay until the
+// slot's next use on this thread (the pool's workers only write rows of a matrix the calling
+// thread asked for). The slots in use at the same time are distinct.
+enum class Scratch { kColumns, kGathered, kOperandA, kOperandB, kCount };
+inline float* scratch(Scratch slot, int64_t n) {
+  thread_local std::vector<float> buffers[static_cast<int>(Scratch::kCount)];
+  std::vector<float>& b = buffers[static_cast<int>(slot)];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(n);
+  return b.data();
+}
+
+// y = beta y, with the BLAS convention that beta == 0 does not read y (NaN-safe).
+inline void scale_output(int64_t n, float beta, float* y) {
+  if (beta == 0) {
+    std::fill_n(y, n, 0.0f);
+  } else if (beta != 1) {
+    for (int64_t i = 0; i < n; ++i) y[i] *= beta;
   }
 }
 

@@ -3,26 +3,16 @@
 
 #include <cblas.h>
 
-#include <vector>
-
 #include "lamina/rounding.hpp"
 #include "parallel.hpp"
 
 namespace lamina::native {
 namespace {
 
-// A per-thread scratch matrix of at least n floats (slot 0: A, 1: B). Separate from the
-// convolutions' scratch (conv_ops.cpp), whose matrices are operands of these products.
-float* scratch(int slot, int64_t n) {
-  thread_local std::vector<float> buffers[2];
-  std::vector<float>& b = buffers[slot];
-  if (static_cast<int64_t>(b.size()) < n) b.resize(n);
-  return b.data();
-}
-
 // The (rows, cols) matrix at m with leading dimension ld, rounded to TF32 into scratch slot
-// `slot`, packed (leading dimension cols).
-const float* rounded_to_tf32(int slot, int64_t rows, int64_t cols, const float* m, int64_t ld) {
+// `slot`, packed (leading dimension cols). The convolutions' operands live in their own slots.
+const float* rounded_to_tf32(Scratch slot, int64_t rows, int64_t cols, const float* m,
+                             int64_t ld) {
   float* out = scratch(slot, rows * cols);
   parallel_rows(rows, cols, [=](int64_t r) {
     const float* in = m + r * ld;
@@ -39,15 +29,14 @@ void sgemm(Math math, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
            int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {  // the empty sum; cblas would reject the zero leading dimension
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = 0; j < n; ++j) c[r * ldc + j] = beta == 0 ? 0.0f : beta * c[r * ldc + j];
+    for (int64_t r = 0; r < m; ++r) scale_output(n, beta, c + r * ldc);
     return;
   }
   if (math == Math::kTF32) {
     // Stored op(A) is (k, m) when transposed, else (m, k); op(B) likewise.
     const int64_t a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
-    a = rounded_to_tf32(0, trans_a ? k : m, a_cols, a, lda);
-    b = rounded_to_tf32(1, trans_b ? n : k, b_cols, b, ldb);
+    a = rounded_to_tf32(Scratch::kOperandA, trans_a ? k : m, a_cols, a, lda);
+    b = rounded_to_tf32(Scratch::kOperandB, trans_b ? n : k, b_cols, b, ldb);
     lda = a_cols;
     ldb = b_cols;
   }
