@@ -49,26 +49,41 @@ double flops(const std::vector<Gemm>& gemms) {
   return f;
 }
 
-// The backend's gemm rate (FLOP/s) over the iteration's products, on its own memory: the
+// The backend's gemm rate (FLOP/s) over the iteration's products, on its own memory, as the
+// Linear layers run them in `storage`: FP32, or 16-bit operands with the outputs that are
+// written (beta 0) in 16 bits and the weight gradients (accumulated, beta 1) in FP32. The
 // median of five runs of about half a second each, the device synchronized before each clock.
-double gemm_rate(lamina::Backend& backend, const std::vector<Gemm>& gemms) {
+double gemm_rate(lamina::Backend& backend, const std::vector<Gemm>& gemms, lamina::DType storage) {
   using lamina::Buffer;
+  const bool half = lamina::is_half(storage);
+  const lamina::Half format = lamina::half_format(storage);
   std::vector<Buffer> a, b, c;
-  auto filled = [&](int64_t count, float value) {
+  auto filled = [&](int64_t count, float value, bool sixteen) {
     Buffer buffer(backend, sizeof(float) * count);
     backend.fill(count, value, buffer.as<float>());
-    return buffer;
+    if (!sixteen) return buffer;
+    Buffer narrow(backend, sizeof(uint16_t) * count);
+    backend.to_half(format, count, buffer.as<float>(), narrow.as<uint16_t>());
+    return narrow;
   };
   for (const Gemm& g : gemms) {
-    a.push_back(filled(g.m * g.k, 0.01f));
-    b.push_back(filled(g.k * g.n, 0.02f));
-    c.push_back(filled(g.m * g.n, 0.0f));
+    a.push_back(filled(g.m * g.k, 0.01f, half));
+    b.push_back(filled(g.k * g.n, 0.02f, half));
+    c.push_back(filled(g.m * g.n, 0.0f, half && g.beta == 0));
   }
   auto run = [&] {
     for (size_t i = 0; i < gemms.size(); ++i) {
       const Gemm& g = gemms[i];
-      backend.gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a[i].as<float>(), b[i].as<float>(), g.beta,
-                   c[i].as<float>());
+      if (!half) {
+        backend.gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a[i].as<float>(), b[i].as<float>(),
+                     g.beta, c[i].as<float>());
+      } else if (g.beta == 0) {
+        backend.gemm(format, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a[i].as<uint16_t>(),
+                     b[i].as<uint16_t>(), g.beta, c[i].as<uint16_t>());
+      } else {
+        backend.gemm(format, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a[i].as<uint16_t>(),
+                     b[i].as<uint16_t>(), g.beta, c[i].as<float>());
+      }
     }
   };
   for (int i = 0; i < 5; ++i) run();
@@ -130,7 +145,7 @@ int main(int argc, char** argv) {
                   m.iters_per_epoch * double(batch) / epoch, timing.us_per_iteration(),
                   static_cast<long long>(timing.step_operations()), epoch_flops / 1e9);
       const lamina::MathScope math(*backend, lamina::math_of(precision));  // as the net's
-      const double rate = gemm_rate(*backend, gemms);
+      const double rate = gemm_rate(*backend, gemms, lamina::storage_of(precision));
       std::printf(" %12.1f %8.2f\n", rate / 1e9, epoch / (epoch_flops / rate));
       std::fflush(stdout);
     }

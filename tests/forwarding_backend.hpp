@@ -140,6 +140,36 @@ class CoreForwardingBackend : public Backend {
 class ForwardingBackend : public CoreForwardingBackend {
  public:
   using CoreForwardingBackend::CoreForwardingBackend;
+  using CoreForwardingBackend::activation_backward;
+  using CoreForwardingBackend::activation_forward;
+  using CoreForwardingBackend::gemm;
+  using CoreForwardingBackend::linear_bias_backward;
+  using CoreForwardingBackend::linear_forward;
+  bool supports_half(Half f) const override { return inner_.supports_half(f); }
+  void gemm(Half f, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
+            const uint16_t* a, const uint16_t* b, float beta, float* c) override {
+    inner_.gemm(f, ta, tb, m, n, k, alpha, a, b, beta, c);
+  }
+  void gemm(Half f, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
+            const uint16_t* a, const uint16_t* b, float beta, uint16_t* c) override {
+    inner_.gemm(f, ta, tb, m, n, k, alpha, a, b, beta, c);
+  }
+  void linear_forward(Half f, int64_t rows, int64_t n, int64_t k, const uint16_t* x,
+                      const uint16_t* w, const float* bias, bool relu, uint16_t* y) override {
+    inner_.linear_forward(f, rows, n, k, x, w, bias, relu, y);
+  }
+  void linear_bias_backward(Half f, int64_t rows, int64_t n, const uint16_t* y,
+                            const uint16_t* dy, uint16_t* dz, float* db) override {
+    inner_.linear_bias_backward(f, rows, n, y, dy, dz, db);
+  }
+  void activation_forward(Half f, Activation a, int64_t n, float slope, const uint16_t* x,
+                          uint16_t* y) override {
+    inner_.activation_forward(f, a, n, slope, x, y);
+  }
+  void activation_backward(Half f, Activation a, int64_t n, float slope, const uint16_t* y,
+                           const uint16_t* dy, uint16_t* dx) override {
+    inner_.activation_backward(f, a, n, slope, y, dy, dx);
+  }
   bool has_side_lane() const override { return inner_.has_side_lane(); }
   void open_side_lane() override { inner_.open_side_lane(); }
   void close_side_lane() override { inner_.close_side_lane(); }

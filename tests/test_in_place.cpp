@@ -74,6 +74,7 @@ const std::vector<InPlaceCase>& cases() {
       {"Flatten", "Flatten", {"x"}, "", false},
       {"Reshape", "Reshape", {"x"}, "reshape_param { shape { dim: 0 dim: 3 dim: -1 } }", false},
       {"Split", "Split", {"x"}, "", false},
+      {"Convert", "Convert", {"x"}, "precision: BF16", false},
       {"Concat", "Concat", {"x", "x2"}, "", false},
       {"Eltwise SUM", "Eltwise", {"x", "x2"}, "", false},
       {"Eltwise PROD", "Eltwise", {"x", "x2"}, "eltwise_param { operation: PROD }", false},

@@ -231,9 +231,9 @@ TEST(ChoosingPrecision, ContainersLayersAndTheSolverDefault) {
   EXPECT_EQ(parse_precision("tf32", "--precision"), TF32);
   EXPECT_EQ(parse_precision("FP32", "--precision"), FP32);
   EXPECT_THAT(testing::error_of([] { parse_precision("tf-32", "--precision"); }),
-              HasSubstr("--precision 'tf-32' is not a precision; give fp32 or tf32"));
-  EXPECT_THAT(testing::error_of([] { parse_precision("bf16", "--precision"); }),
-              HasSubstr("--precision bf16: precision BF16 is not available yet"));
+              HasSubstr("--precision 'tf-32' is not a precision; give fp32, tf32 or bf16"));
+  EXPECT_THAT(testing::error_of([] { parse_precision("fp16", "--precision"); }),
+              HasSubstr("--precision fp16: precision FP16 is not available yet"));
 }
 
 TEST(ChoosingPrecision, ASplitRunsInItsProducersPrecision) {
@@ -252,12 +252,13 @@ TEST(ChoosingPrecision, UnavailablePrecisionsAreRefusedWhereTheyAreWritten) {
   NativeBackend native;
   testing::TempDir dir;
   std::string text = kNet;
-  text.replace(text.find("precision: FP32"), 15, "precision: BF16");
+  text.replace(text.find("precision: FP32"), 15, "precision: FP16");
   const std::string path = dir.write("net.prototxt", text);
   auto build = [&] { Net(read_net_parameter(path), TRAIN, native, 1, {}, path); };
   EXPECT_THAT(testing::error_of(build),
-              HasSubstr(path + ":8: layer 'mlp/relu1' (ReLU): precision BF16 is not available "
-                        "yet: Lamina trains in FP32 or TF32"));
+              HasSubstr(path + ":8: layer 'mlp/relu1' (ReLU): precision FP16 is not available "
+                        "yet (it needs dynamic loss scaling): Lamina trains in FP32, TF32 or "
+                        "BF16"));
   const std::string solver = dir.write("solver.prototxt", "base_lr: 0.1\nprecision: FP16\n");
   auto check = [&] { check_solver_parameter(read_solver_parameter(solver), solver); };
   EXPECT_THAT(testing::error_of(check),

@@ -41,13 +41,15 @@ expect_error "device_id without solver_mode GPU" "device_id is set but solver_mo
 # Precisions: only those there are, only those available.
 expect_error "--precision that is not one" "lamina: error: --precision 'tf16' is not a precision" \
   "$lamina" train --solver unknown_layer_solver.prototxt --precision tf16
-bf16_solver=$(solver_file bf16 "" "precision: BF16")
-expect_error "precision BF16" "bf16.prototxt:[0-9]*: precision BF16 is not available yet: Lamina trains in FP32 or TF32" \
-  "$lamina" train --solver "$bf16_solver"
+fp16_solver=$(solver_file fp16 "" "precision: FP16")
+expect_error "precision FP16" "fp16.prototxt:[0-9]*: precision FP16 is not available yet (it needs dynamic loss scaling): Lamina trains in FP32, TF32 or BF16" \
+  "$lamina" train --solver "$fp16_solver"
 expect_error "lamina time --precision fp16" "lamina: error: --precision fp16: precision FP16 is not available yet" \
   "$lamina" time --model input_net.prototxt --precision fp16 --iterations 1
 expect_success "lamina time --precision tf32" "every layer in TF32" \
   "$lamina" time --model input_net.prototxt --precision tf32 --iterations 1
+expect_success "lamina time --precision bf16" "BF16 in" \
+  "$lamina" time --model input_net.prototxt --precision bf16 --iterations 1
 
 # Snapshots and weights: missing, foreign, truncated files; flags that do not fit.
 printf 'not a snapshot at all' > "$tmp/garbage.lamina"

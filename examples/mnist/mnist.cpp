@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-cuda-graph", o.no_cuda_graph,
                "Launch every operation directly instead of replaying each step as a CUDA graph");
   app.add_option("--precision", o.precision,
-                 "Precision to train in: fp32 or tf32 (default: the solver's, FP32; "
+                 "Precision to train in: fp32, tf32 or bf16 (default: the solver's, FP32; "
                  "docs/precision.md)");
   const auto not_empty =
       accepts<std::string>("a directory", [](const std::string& v) { return !v.empty(); });

@@ -194,6 +194,36 @@ class Backend {
   virtual void to_half(Half format, int64_t n, const float* x, uint16_t* y) = 0;
   virtual void from_half(Half format, int64_t n, const uint16_t* x, float* y) = 0;
 
+  // Layers that run in 16 bits (precision BF16 or FP16) store their inputs, outputs and
+  // gradients in `format` and call these: each reads its 16-bit operands as their exact
+  // values, computes in FP32 (products accumulate in FP32: tensor cores on CUDA), and rounds
+  // every 16-bit result once, to nearest even. Float outputs (a weight or bias gradient)
+  // stay FP32. The Native backend computes with the float operations above on the converted
+  // operands, so the two agree within the rounding of one 16-bit result where their FP32
+  // sums differ in order. Optional: a backend without them says so in supports_half, and
+  // the net then refuses 16-bit layers (the defaults throw).
+  virtual bool supports_half(Half /*format*/) const { return false; }
+  // As gemm, with A and B in `format` and C in FP32 (float* c) or in `format`.
+  virtual void gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
+                    int64_t k, float alpha, const uint16_t* a, const uint16_t* b, float beta,
+                    float* c);
+  virtual void gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
+                    int64_t k, float alpha, const uint16_t* a, const uint16_t* b, float beta,
+                    uint16_t* c);
+  // As linear_forward, with x, w and y in `format`; the bias, added before the one rounding
+  // of y, stays FP32.
+  virtual void linear_forward(Half format, int64_t rows, int64_t n, int64_t k,
+                              const uint16_t* x, const uint16_t* w, const float* bias,
+                              bool relu, uint16_t* y);
+  // As linear_bias_backward, with y, dy and dz in `format` and db in FP32.
+  virtual void linear_bias_backward(Half format, int64_t rows, int64_t n, const uint16_t* y,
+                                    const uint16_t* dy, uint16_t* dz, float* db);
+  // As activation_forward and activation_backward, every array in `format`.
+  virtual void activation_forward(Half format, Activation f, int64_t n, float negative_slope,
+                                  const uint16_t* x, uint16_t* y);
+  virtual void activation_backward(Half format, Activation f, int64_t n, float negative_slope,
+                                   const uint16_t* y, const uint16_t* dy, uint16_t* dx);
+
   // ---- neural-network operations ----
   // Labels are class indices stored as floats (the integer part counts), in [0, cols)
   // unless equal to the ignore label. Any other label (negative, NaN, or past the last class
@@ -408,6 +438,8 @@ class Backend {
   virtual std::unique_ptr<CapturedOps> end_capture(bool keep);
   // Throws the Error of an optional operation this backend does not implement.
   [[noreturn]] void unsupported(Operation op, const char* function) const;
+  // Throws the Error of a 16-bit operation this backend does not implement.
+  [[noreturn]] void unsupported_half(const char* function) const;
 
  private:
   Math math_ = Math::kFP32;

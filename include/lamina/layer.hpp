@@ -76,6 +76,18 @@ class Layer {
   // Whether bottom i takes gradients at all (labels do not).
   virtual bool accepts_gradient(int /*bottom_index*/) const { return true; }
 
+  // 16 bits (precision BF16 or FP16; docs/precision.md): how the layer stores its values
+  // when its precision is a 16-bit one. The net decides each blob's storage (Tensor::dtype)
+  // before setup, converting between layers where a consumer needs another; setup sees it.
+  enum class HalfSupport {
+    kNone,     // computes in FP32: the net gives it FP32 bottoms and tops (softmax, losses,
+               // and every layer not written for 16 bits, custom ones included)
+    kHalf,     // reads and writes its bottoms, tops and their gradients in 16 bits, and its
+               // parameters' 16-bit copies (Tensor::half_copy); parameter gradients stay FP32
+    kFollows,  // its tops are views of its bottoms and stored like them (Flatten, Reshape)
+  };
+  virtual HalfSupport half_support() const { return HalfSupport::kNone; }
+
   // In place: a top that is also one of the bottoms (`bottom: "x" top: "x"`). A layer whose
   // forward and backward are correct when they read and write the same tensor says so; the
   // net refuses in-place use of every other layer (check_in_place, below).

@@ -30,6 +30,20 @@ class NativeBackend final : public Backend {
   void dot(int64_t n, const float* x, const float* y, float* result) override;
   void to_half(Half format, int64_t n, const float* x, uint16_t* y) override;
   void from_half(Half format, int64_t n, const uint16_t* x, float* y) override;
+  // half_ops.cpp
+  bool supports_half(Half format) const override;
+  void gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+            float alpha, const uint16_t* a, const uint16_t* b, float beta, float* c) override;
+  void gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+            float alpha, const uint16_t* a, const uint16_t* b, float beta, uint16_t* c) override;
+  void linear_forward(Half format, int64_t rows, int64_t n, int64_t k, const uint16_t* x,
+                      const uint16_t* w, const float* bias, bool relu, uint16_t* y) override;
+  void linear_bias_backward(Half format, int64_t rows, int64_t n, const uint16_t* y,
+                            const uint16_t* dy, uint16_t* dz, float* db) override;
+  void activation_forward(Half format, Activation f, int64_t n, float negative_slope,
+                          const uint16_t* x, uint16_t* y) override;
+  void activation_backward(Half format, Activation f, int64_t n, float negative_slope,
+                           const uint16_t* y, const uint16_t* dy, uint16_t* dx) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;
@@ -102,6 +116,11 @@ class NativeBackend final : public Backend {
   void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
               float* weights, const float* grads, float* history, float* history2) override;
   void advance_step(const StepSchedule& schedule, StepState* state) override;
+
+ private:
+  // x (n values in format, may be null) as floats in the calling thread's staging array
+  // `slot` (0-3; half_ops.cpp), valid until that slot is used again.
+  const float* widen(Half format, int64_t n, const uint16_t* x, int slot);
 };
 
 }  // namespace lamina

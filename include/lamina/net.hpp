@@ -40,8 +40,14 @@ class Net {
   Phase phase() const { return phase_; }
   Backend& backend() const { return backend_; }
 
-  // Runs every layer; the weighted total loss lands in loss_tensor() (no host copy).
+  // Runs every layer; the weighted total loss lands in loss_tensor() (no host copy). With
+  // layers running in 16 bits it first refreshes the weights' 16-bit copy
+  // (refresh_half_weights).
   void forward();
+  // Rounds the FP32 weights into the 16-bit copy that layers running in 16 bits read (one
+  // pass over the arena; nothing when no layer does). forward() does it; callers of
+  // forward_layer do it first.
+  void refresh_half_weights();
   // Backward through the layers that need it; parameter gradients accumulate. params_done,
   // when given, is called with each layer's index once its parameter gradients are issued,
   // before the gradients of its inputs (every layer, last to first): the solver's gradient
@@ -63,6 +69,8 @@ class Net {
   bool layer_fused(int i) const { return fused_[i]; }
   // The Math layer i's products run in: its precision (LayerParameter.precision).
   Math layer_math(int i) const { return math_[i]; }
+  // How layer i stores its tops: FP32, or BF16 / FP16 when it runs in 16 bits.
+  DType layer_storage(int i) const { return storage_[i]; }
   Tensors layer_bottoms(int i) const;
   Tensors layer_tops(int i) const;
 
@@ -123,7 +131,7 @@ class Net {
   void infer_backward();
   void bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared);
   void fuse_layers();
-  void log_precisions() const;  // which layers run in which Math
+  void log_precisions(const NetPlan& plan) const;  // which layers run in which precision
 
   std::string name_;
   Phase phase_;
@@ -133,6 +141,8 @@ class Net {
   std::vector<bool> needs_backward_;
   std::vector<bool> fused_;  // per layer: absorbed by the layer before it
   std::vector<Math> math_;   // per layer: the Math of its products (its precision)
+  std::vector<DType> storage_;  // per layer: how its tops are stored
+  bool uses_half_copy_ = false;  // some layer reads the weights' 16-bit copy
   std::vector<bool> learnable_;  // per layer: some parameter has lr_mult != 0
   std::vector<std::vector<bool>> propagate_;  // per layer, per bottom
   std::vector<std::unique_ptr<Tensor>> blobs_;

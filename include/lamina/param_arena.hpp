@@ -63,6 +63,16 @@ class ParamArena {
   float* state(int k);
   const float* state(int k) const;
 
+  // The 16-bit copy of the weights, in the arena's layout, that layers running in 16 bits
+  // read (Tensor::half_copy). The first call allocates it (the net, when it is built); an
+  // arena has one format, and asking for the other is an Error.
+  uint16_t* half_copy(Half format);
+  bool has_half_copy() const { return half_copy_.get() != nullptr; }
+  // Rounds every weight into the 16-bit copy, one pass over the arena (no-op without one).
+  // Net::forward runs it first, so the copy always matches the weights however they were
+  // last written (an update, a snapshot, a broadcast).
+  void refresh_half_copy();
+
   // The arena as the fused update reads it: the segment table (offset, count, lr_mult,
   // decay_mult per parameter) and the block table, in backend memory.
   const UpdateLayout& layout() const { return layout_; }
@@ -79,6 +89,8 @@ class ParamArena {
   Buffer data_;
   Buffer diff_;
   std::vector<Buffer> state_;
+  Buffer half_copy_;  // empty until a layer runs in 16 bits
+  Half half_format_ = Half::kBF16;
   Buffer segments_;  // the segment table, then the block table
   UpdateLayout layout_;
 };

@@ -76,6 +76,34 @@ void Backend::eltwise_max_backward(int64_t, int, const float*, const int32_t*, f
   unsupported(Operation::kEltwiseMax, "eltwise_max_backward");
 }
 
+void Backend::unsupported_half(const char* function) const {
+  fail("the ", name(), " backend does not store values in 16 bits (Backend::", function,
+       "); run the layer in FP32 or TF32, or on a backend whose supports_half says it does");
+}
+void Backend::gemm(Half, Transpose, Transpose, int64_t, int64_t, int64_t, float,
+                   const uint16_t*, const uint16_t*, float, float*) {
+  unsupported_half("gemm");
+}
+void Backend::gemm(Half, Transpose, Transpose, int64_t, int64_t, int64_t, float,
+                   const uint16_t*, const uint16_t*, float, uint16_t*) {
+  unsupported_half("gemm");
+}
+void Backend::linear_forward(Half, int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*,
+                             const float*, bool, uint16_t*) {
+  unsupported_half("linear_forward");
+}
+void Backend::linear_bias_backward(Half, int64_t, int64_t, const uint16_t*, const uint16_t*,
+                                   uint16_t*, float*) {
+  unsupported_half("linear_bias_backward");
+}
+void Backend::activation_forward(Half, Activation, int64_t, float, const uint16_t*, uint16_t*) {
+  unsupported_half("activation_forward");
+}
+void Backend::activation_backward(Half, Activation, int64_t, float, const uint16_t*,
+                                  const uint16_t*, uint16_t*) {
+  unsupported_half("activation_backward");
+}
+
 std::unique_ptr<CapturedOps> Backend::capture(const std::function<void()>& ops) {
   begin_capture();
   try {

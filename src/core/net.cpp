@@ -29,7 +29,12 @@ void Net::backward_layer(int i, const std::function<void(int)>& params_done) {
     layers_[i]->backward_input(top, propagate_[i], bottom);
 }
 
+void Net::refresh_half_weights() {
+  if (uses_half_copy_) arena_->refresh_half_copy();
+}
+
 void Net::forward() {
+  refresh_half_weights();
   for (int i = 0; i < num_layers(); ++i) forward_layer(i);
   if (!loss_sum_) return;
   float* loss = loss_sum_->mutable_data();

@@ -2,11 +2,13 @@
 //   1. flatten_layers    drop the layers the phase excludes, expand Sequential containers
 //   2. resolve_chaining  instantiate the layers, give implicit bottoms and tops their blobs
 //   3. insert_splits     a Split after every blob version that feeds several layers
-//   4. set_up_layers     create the blobs, set every layer up in order, find the outputs
-//   5. collect_losses    the scalar tops that count in the loss, with their weights
-//   6. infer_backward    which layers need backward, and which bottoms get gradients
-//   7. bind_params       build (or share) the parameter arena and bind every parameter
-//   8. fuse_layers       a layer absorbs the layer after it (Linear + ReLU)
+//   4. insert_conversions  each layer's storage (FP32 or 16 bits), a Convert wherever a
+//                        layer reads a blob stored otherwise
+//   5. set_up_layers     create the blobs, set every layer up in order, find the outputs
+//   6. collect_losses    the scalar tops that count in the loss, with their weights
+//   7. infer_backward    which layers need backward, and which bottoms get gradients
+//   8. bind_params       build (or share) the parameter arena and bind every parameter
+//   9. fuse_layers       a layer absorbs the layer after it (Linear + ReLU)
 // Errors name the prototxt file, the line of the layer, its name and type (net.hpp).
 #include <glog/logging.h>
 
@@ -37,6 +39,7 @@ struct NetPlan {
   std::vector<FlatLayer> flat;
   std::vector<std::unique_ptr<Layer>> layers;          // one per flat layer
   std::vector<std::vector<std::string>> bottoms, tops;  // blob names, per layer
+  std::vector<DType> storage;  // per layer, how its tops are stored (insert_conversions)
 };
 
 namespace {
@@ -222,7 +225,7 @@ void insert_splits(NetPlan& plan) {
       producer[t] = {int(i), int(j)};
     }
   }
-  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}};
+  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}};
   // Consumer renames are applied as layers are emitted; producers come first.
   std::map<std::pair<int, int>, std::string> rename;
   for (size_t i = 0; i < n; ++i) {
@@ -262,6 +265,102 @@ void insert_splits(NetPlan& plan) {
   plan.tops = std::move(out.tops);
 }
 
+// How layer i stores its tops, given how its first bottom is stored (Layer::half_support).
+DType storage_of_layer(const NetPlan& plan, size_t i, DType first_bottom) {
+  const Layer& layer = *plan.layers[i];
+  const LayerParameter& p = plan.flat[i].param;
+  if (p.type() == "Convert") return storage_of(p.precision());
+  switch (layer.half_support()) {
+    case Layer::HalfSupport::kNone: return DType::kF32;
+    case Layer::HalfSupport::kFollows: return first_bottom;
+    case Layer::HalfSupport::kHalf: break;
+  }
+  const DType storage = storage_of(p.precision());
+  LAMINA_REQUIRE(!is_half(storage) || plan.backend.supports_half(half_format(storage)),
+                 "layer '", p.name(), "' (", p.type(), ") runs in ", dtype_name(storage),
+                 ", which the ", plan.backend.name(), " backend does not store; train in FP32 "
+                 "or TF32 (the layer's, its container's or the solver's precision)");
+  return storage;
+}
+
+// 4. Every layer reads its bottoms stored as it needs them: a layer not written for 16 bits
+//    in FP32, one running in 16 bits in its format, a view as its producer stores them. A
+//    Convert goes before a layer whose bottom is stored otherwise; an in-place layer cannot
+//    have one, so it must run in its blob's storage.
+void insert_conversions(NetPlan& plan) {
+  std::map<std::string, DType> stored;  // the current version of each blob
+  std::set<std::string> names;
+  for (const auto& tops : plan.tops) names.insert(tops.begin(), tops.end());
+  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}};
+  std::set<std::string> unread;  // blobs whose current version no layer has read yet
+  // Appends a Convert of blob b to `to`; returns its top, "<b>_BF16" or "<b>_FP32".
+  auto convert = [&](const std::string& b, DType to, const std::vector<int>& index_path) {
+    std::string name = b + "_" + dtype_name(is_half(to) ? to : DType::kF32);
+    while (names.count(name)) name += "_";
+    names.insert(name);
+    LayerParameter p;
+    p.set_name(name);
+    p.set_type("Convert");
+    p.add_bottom(b);
+    p.add_top(name);
+    p.set_precision(to == DType::kBF16 ? BF16 : (to == DType::kFP16 ? FP16 : FP32));
+    LayerContext context{plan.backend, plan.phase, counter_hash(plan.seed, 2000003 + names.size())};
+    out.layers.push_back(LayerRegistry::create(p, context));
+    out.bottoms.push_back({b});
+    out.tops.push_back({name});
+    out.flat.push_back(FlatLayer{p, index_path});
+    out.storage.push_back(to);
+    stored[name] = to;
+    unread.erase(b);
+    return name;
+  };
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const FlatLayer& f = plan.flat[i];
+    std::vector<std::string>& bottoms = plan.bottoms[i];
+    DType storage = DType::kF32;
+    try {
+      storage = storage_of_layer(plan, i, bottoms.empty() ? DType::kF32 : stored.at(bottoms[0]));
+      const bool follows = f.param.type() == "Convert" ||
+                           plan.layers[i]->half_support() == Layer::HalfSupport::kFollows;
+      for (std::string& b : bottoms) {
+        const DType have = stored.at(b);
+        if (follows || have == storage) continue;
+        const auto& t = plan.tops[i];
+        LAMINA_REQUIRE(std::find(t.begin(), t.end(), b) == t.end(), "layer '", f.param.name(),
+                       "' (", f.param.type(), ") runs in ", dtype_name(storage), " in place on '",
+                       b, "', which the layer before it stores in ", dtype_name(have), "; give "
+                       "it that layer's precision, or give its top a name of its own");
+        b = convert(b, storage, f.index_path);
+      }
+    } catch (const Error& e) {
+      rethrow(plan, f, e);
+    }
+    for (const std::string& b : bottoms) unread.erase(b);
+    for (const std::string& t : plan.tops[i]) {
+      stored[t] = storage;
+      unread.insert(t);
+    }
+    out.layers.push_back(std::move(plan.layers[i]));
+    out.bottoms.push_back(bottoms);
+    out.tops.push_back(plan.tops[i]);
+    out.flat.push_back(f);
+    out.storage.push_back(storage);
+  }
+  // The net's outputs (tops no layer reads: the solver sums them, tools print them) are
+  // FP32: a 16-bit one gets a Convert, whose top "<name>_FP32" is the output instead.
+  for (size_t i = 0, n = out.layers.size(); i < n; ++i)
+    for (const std::string& t : out.tops[i])
+      if (unread.count(t) && is_half(stored.at(t))) {
+        unread.erase(t);
+        convert(t, DType::kF32, out.flat[i].index_path);
+      }
+  plan.flat = std::move(out.flat);
+  plan.layers = std::move(out.layers);
+  plan.bottoms = std::move(out.bottoms);
+  plan.tops = std::move(out.tops);
+  plan.storage = std::move(out.storage);
+}
+
 }  // namespace
 
 Net::Net(const NetParameter& param, Phase phase, Backend& backend, uint64_t seed,
@@ -272,10 +371,12 @@ Net::Net(const NetParameter& param, Phase phase, Backend& backend, uint64_t seed
 
 void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamArena> shared,
                 const std::string& source) {
-  NetPlan plan{backend_, phase_, seed, source, {}, {}, {}, {}};
+  NetPlan plan{backend_, phase_, seed, source, {}, {}, {}, {}, {}};
   flatten_layers(param, name_, plan);
   resolve_chaining(plan);
   insert_splits(plan);
+  insert_conversions(plan);
+  storage_ = plan.storage;
   set_up_layers(plan);
   collect_losses(plan);
   infer_backward();
@@ -285,24 +386,29 @@ void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamA
     VLOG(1) << "layer " << layers_[i]->name() << " (" << layers_[i]->type() << ")"
             << (needs_backward_[i] ? " needs backward" : "");
   for (const FlatLayer& f : plan.flat) math_.push_back(math_of(f.param.precision()));
-  log_precisions();
+  log_precisions(plan);
 }
 
-// "TRAIN net 'mlp': every layer in TF32", or "...: TF32 in fc1, fc2; FP32 in loss".
-void Net::log_precisions() const {
-  std::map<Math, std::string> names;
+// "TRAIN net 'mlp': every layer in TF32", or "...: BF16 in fc1, fc2; FP32 in loss", naming
+// apart the layers asked to run in 16 bits that have no 16-bit path and run in FP32.
+void Net::log_precisions(const NetPlan& plan) const {
+  std::map<std::string, std::string> names;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    std::string& list = names[math_[i]];
+    std::string label = is_half(storage_[i]) ? dtype_name(storage_[i]) : math_name(math_[i]);
+    const Precision asked = plan.flat[i].param.precision();
+    if (!is_half(storage_[i]) && (asked == BF16 || asked == FP16))
+      label += std::string(" (no ") + Precision_Name(asked) + " path)";
+    std::string& list = names[label];
     list += (list.empty() ? "" : ", ") + layers_[i]->name();
   }
   std::string text;
-  for (const auto& [math, list] : names)
-    text += std::string(text.empty() ? "" : "; ") + math_name(math) + " in " + list;
-  if (names.size() == 1) text = std::string("every layer in ") + math_name(names.begin()->first);
+  for (const auto& [label, list] : names)
+    text += (text.empty() ? "" : "; ") + label + " in " + list;
+  if (names.size() == 1) text = "every layer in " + names.begin()->first;
   LOG(INFO) << Phase_Name(phase_) << " net '" << name_ << "': " << text;
 }
 
-// 4.
+// 5.
 void Net::set_up_layers(NetPlan& plan) {
   std::vector<int> consumed;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
@@ -319,7 +425,7 @@ void Net::set_up_layers(NetPlan& plan) {
       if (std::find(b.begin(), b.end(), t) != b.end()) {
         io.tops.push_back(blob_index_.at(t));
       } else {
-        blobs_.push_back(std::make_unique<Tensor>(backend_, Shape{0}, t));
+        blobs_.push_back(std::make_unique<Tensor>(backend_, Shape{0}, t, plan.storage[i]));
         blob_needs_grad_.push_back(false);
         io.tops.push_back(int(blobs_.size()) - 1);
         blob_index_[t] = io.tops.back();
@@ -350,7 +456,7 @@ void Net::set_up_layers(NetPlan& plan) {
     if (!consumed_set.count(int(b))) output_names_.push_back(blobs_[b]->name());
 }
 
-// 5.
+// 6.
 void Net::collect_losses(const NetPlan& plan) {
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LayerParameter& p = plan.flat[i].param;
@@ -381,7 +487,7 @@ void Net::collect_losses(const NetPlan& plan) {
   }
 }
 
-// 6. A layer needs backward when its tops lead to a loss and it has learnable parameters or
+// 7. A layer needs backward when its tops lead to a loss and it has learnable parameters or
 //    a bottom that needs a gradient.
 void Net::infer_backward() {
   std::vector<bool> blob_to_loss(blobs_.size(), false);
@@ -415,19 +521,20 @@ void Net::infer_backward() {
   }
 }
 
-// 7. Parameters named alike (param { name }) share one entry, so their gradient is the sum
+// 8. Parameters named alike (param { name }) share one entry, so their gradient is the sum
 //    of every use. Fillers run on the host with a seeded generator, so every backend starts
 //    from the same weights, and the arena is uploaded once.
 void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
   struct Slot {
     Param* param;
-    int entry;  // index in table
+    int entry;      // index in table
+    DType storage;  // the layer's: 16 bits read the parameter's 16-bit copy
   };
   std::vector<ParamInfo> table;
   std::map<std::string, int> by_name;
   std::vector<Slot> slots;
-  for (const auto& layer_ptr : layers_) {
-    Layer& layer = *layer_ptr;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    Layer& layer = *layers_[l];
     const LayerParameter& p = layer.param();
     LAMINA_REQUIRE(p.param_size() <= int(layer.params().size()), "layer '", layer.name(),
                    "' has ", layer.params().size(), " parameter(s) but ", p.param_size(),
@@ -446,7 +553,7 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
                        "layer '", layer.name(), "': shared parameter '", name,
                        "' has lr_mult/decay_mult ", spec.lr_mult(), "/", spec.decay_mult(),
                        " here but ", owner.lr_mult, "/", owner.decay_mult, " where first declared");
-        slots.push_back({&param, found->second});
+        slots.push_back({&param, found->second, storage_[l]});
         continue;
       }
       ParamInfo info;
@@ -456,13 +563,24 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
       info.decay_mult = spec.decay_mult();
       info.layer = layer.name();
       by_name[name] = int(table.size());
-      slots.push_back({&param, int(table.size())});
+      slots.push_back({&param, int(table.size()), storage_[l]});
       table.push_back(std::move(info));
     }
   }
   std::vector<int> uses(table.size(), 0);
   for (const Slot& s : slots) ++uses[s.entry];
   for (Slot& s : slots) s.param->shared = uses[s.entry] > 1;
+  // Parameters of layers running in 16 bits also view the arena's 16-bit copy, at the
+  // offset of their FP32 values.
+  auto bind_half_copies = [&] {
+    for (Slot& s : slots) {
+      if (!is_half(s.storage)) continue;
+      Tensor& t = *s.param->tensor;
+      const Half format = half_format(s.storage);
+      t.bind_half_copy(arena_->half_copy(format) + (t.data() - arena_->data()), format);
+      uses_half_copy_ = true;
+    }
+  };
 
   if (shared) {
     // View the other net's arena; every parameter must exist there with the same shape.
@@ -479,6 +597,7 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
       s.param->tensor->bind(backend_, shared->data() + source->offset, shared->diff() + source->offset);
     }
     arena_ = std::move(shared);
+    bind_half_copies();
     return;
   }
 
@@ -500,9 +619,10 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
     filled[s.entry] = true;
   }
   arena_->from_host(host, arena_->data());
+  bind_half_copies();
 }
 
-// 8. A layer followed by a one-bottom, one-top layer that reads its only top may take over
+// 9. A layer followed by a one-bottom, one-top layer that reads its only top may take over
 //    that layer's work (Layer::absorb); the net then skips the absorbed layer. The next
 //    layer works in place on the top, or is the top's only reader, and the top is then made
 //    to share the next top's values and gradients (in place in effect). A top that counts

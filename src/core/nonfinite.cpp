@@ -47,6 +47,7 @@ std::string Net::find_nonfinite() {
   auto layer_named = [&](int i) {
     return "layer '" + layers_[i]->name() + "' (" + layers_[i]->type() + ")";
   };
+  refresh_half_weights();
   for (int i = 0; i < num_layers(); ++i) {
     forward_layer(i);
     for (int t : io_[i].tops) {

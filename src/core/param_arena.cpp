@@ -87,6 +87,24 @@ const float* ParamArena::state(int k) const {
   return state_[k].as<float>();
 }
 
+uint16_t* ParamArena::half_copy(Half format) {
+  if (half_copy_.get() == nullptr) {
+    half_copy_ = Buffer(backend_, sizeof(uint16_t) * count_);
+    half_format_ = format;
+    if (count_ > 0) backend_.zero(sizeof(uint16_t) * count_, half_copy_.get());
+  }
+  LAMINA_REQUIRE(half_format_ == format, "the weights have a ",
+                 half_format_ == Half::kBF16 ? "BF16" : "FP16", " copy already; every layer of "
+                 "a net, and of the nets that share its weights, that runs in 16 bits must use "
+                 "the same format (BF16 or FP16)");
+  return half_copy_.as<uint16_t>();
+}
+
+void ParamArena::refresh_half_copy() {
+  if (half_copy_.get() != nullptr && count_ > 0)
+    backend_.to_half(half_format_, count_, data(), half_copy_.as<uint16_t>());
+}
+
 std::vector<float> ParamArena::to_host(const float* array) const {
   std::vector<float> host(count_);
   if (count_ > 0) backend_.copy_to_host(sizeof(float) * count_, array, host.data());

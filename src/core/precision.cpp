@@ -12,10 +12,16 @@ Math math_of(Precision p) {
   switch (p) {
     case FP32: return Math::kFP32;
     case TF32: return Math::kTF32;
-    case BF16:
+    case BF16: return Math::kFP32;  // on 16-bit operands, accumulated in FP32
     case FP16: break;
   }
-  fail("precision ", Precision_Name(p), " is not available yet: Lamina trains in FP32 or TF32");
+  fail("precision ", Precision_Name(p), " is not available yet (it needs dynamic loss "
+       "scaling): Lamina trains in FP32, TF32 or BF16");
+}
+
+DType storage_of(Precision p) {
+  math_of(p);  // refuses what is not available
+  return p == BF16 ? DType::kBF16 : (p == FP16 ? DType::kFP16 : DType::kF32);
 }
 
 Precision parse_precision(const std::string& text, const std::string& option) {
@@ -24,7 +30,7 @@ Precision parse_precision(const std::string& text, const std::string& option) {
                  [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
   Precision p = FP32;
   LAMINA_REQUIRE(Precision_Parse(upper, &p), option, " '", text, "' is not a precision; give "
-                 "fp32 or tf32");
+                 "fp32, tf32 or bf16");
   try {
     math_of(p);
   } catch (const Error& e) {

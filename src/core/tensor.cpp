@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "lamina/host_memory.hpp"
+#include "lamina/rounding.hpp"
 
 namespace lamina {
 
@@ -36,42 +37,88 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 
 // ---- Memory ----
 
-Memory::Memory(Backend& backend, int64_t count)
-    : backend_(&backend), count_(count), owned_(backend, sizeof(float) * count) {
-  device_ = owned_.as<float>();
-  if (count > 0) backend.zero(sizeof(float) * count, device_);
+Memory::Memory(Backend& backend, int64_t count, DType dtype)
+    : backend_(&backend), count_(count), dtype_(dtype),
+      owned_(backend, dtype_size(dtype) * count) {
+  device_ = owned_.get();
+  if (count > 0) backend.zero(bytes(), device_);
   residency_ = backend.is_host() ? Residency::kBoth : Residency::kDevice;
 }
 
-Memory::Memory(Backend& backend, float* ptr, int64_t count)
-    : backend_(&backend), count_(count), device_(ptr), is_view_(true) {
+Memory::Memory(Backend& backend, void* ptr, int64_t count, DType dtype)
+    : backend_(&backend), count_(count), dtype_(dtype), device_(ptr), is_view_(true) {
   residency_ = backend.is_host() ? Residency::kBoth : Residency::kDevice;
 }
+
+namespace {
+// An array's storage must be what its accessor reads: a layer reading a 16-bit tensor as
+// floats (or the other way round) is a bug in the layer.
+void check_dtype(DType have, bool half) {
+  CHECK(is_half(have) == half) << "an array stored in " << dtype_name(have) << " read as "
+                               << (half ? "16-bit values" : "FP32 values");
+}
+}  // namespace
 
 const float* Memory::get() const {
+  check_dtype(dtype_, false);
   CHECK(residency_ != Residency::kHost)
       << "the host copy was modified; call to_device() before using it on " << backend_->name();
-  return device_;
+  return static_cast<const float*>(device_);
 }
 
 float* Memory::mutable_get() {
-  CHECK(residency_ != Residency::kHost)
-      << "the host copy was modified; call to_device() before using it on " << backend_->name();
+  const float* p = get();
   if (!backend_->is_host()) residency_ = Residency::kDevice;
-  return device_;
+  return const_cast<float*>(p);
 }
 
+const uint16_t* Memory::get_half() const {
+  check_dtype(dtype_, true);
+  return static_cast<const uint16_t*>(device_);  // 16-bit arrays have no host mirror
+}
+
+uint16_t* Memory::mutable_get_half() { return const_cast<uint16_t*>(get_half()); }
+
 const float* Memory::host() const {
-  if (backend_->is_host()) return device_;
+  check_dtype(dtype_, false);
+  if (backend_->is_host()) return static_cast<const float*>(device_);
   CHECK(residency_ != Residency::kDevice) << "the host copy is stale; call to_host() first";
   return host_.data();
 }
 
 float* Memory::mutable_host() {
-  if (backend_->is_host()) return device_;
-  CHECK(residency_ != Residency::kDevice) << "the host copy is stale; call to_host() first";
-  residency_ = Residency::kHost;
-  return host_.data();
+  const float* p = host();
+  if (!backend_->is_host()) residency_ = Residency::kHost;
+  return const_cast<float*>(p);
+}
+
+std::vector<float> Memory::download(int64_t n) {
+  CHECK_LE(n, count_);
+  if (!is_half(dtype_)) {
+    to_host();
+    const float* p = host();
+    return std::vector<float>(p, p + n);
+  }
+  std::vector<uint16_t> bits(n);
+  backend_->copy_to_host(2 * size_t(n), device_, bits.data());
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i)
+    values[i] = dtype_ == DType::kFP16 ? fp16_to_float(bits[i]) : bf16_to_float(bits[i]);
+  return values;
+}
+
+void Memory::upload(const std::vector<float>& values, int64_t n, const std::string& name) {
+  LAMINA_REQUIRE(static_cast<int64_t>(values.size()) == n, "tensor '", name, "' holds ", n,
+                 " values, got ", values.size());
+  CHECK_LE(n, count_);
+  if (!is_half(dtype_)) {
+    backend_->copy_from_host(sizeof(float) * n, values.data(), mutable_get());
+    return;
+  }
+  std::vector<uint16_t> bits(n);
+  for (int64_t i = 0; i < n; ++i)
+    bits[i] = dtype_ == DType::kFP16 ? float_to_fp16(values[i]) : float_to_bf16(values[i]);
+  backend_->copy_from_host(2 * size_t(n), bits.data(), mutable_get_half());
 }
 
 void Memory::to_host() {
@@ -79,6 +126,7 @@ void Memory::to_host() {
   // A view (a parameter in the arena) is also written through the arena's own pointer (the
   // solver's update), so its mirror is never trusted: every to_host() reads it again.
   if (residency_ == Residency::kBoth && !is_view_) return;
+  check_dtype(dtype_, false);
   if (host_.size() < size_t(count_)) {
     require_host_memory(sizeof(float) * count_, "the host copy of an array of " +
                         std::to_string(count_) + " values");
@@ -100,8 +148,8 @@ void Memory::to_device() {
 
 // ---- Tensor ----
 
-Tensor::Tensor(Backend& backend, Shape shape, std::string name)
-    : name_(std::move(name)), backend_(&backend) {
+Tensor::Tensor(Backend& backend, Shape shape, std::string name, DType dtype)
+    : name_(std::move(name)), dtype_(dtype), backend_(&backend) {
   reshape(shape);
 }
 
@@ -131,26 +179,42 @@ void Tensor::reshape(const Shape& shape) {
   // Data and diff are zero-filled, so both are touched at once: check them together, before
   // anything changes.
   if (grow && backend_->is_host()) {
-    require_host_memory(2 * sizeof(float) * uint64_t(count),
+    require_host_memory(2 * dtype_size(dtype()) * uint64_t(count),
                         "tensor '" + name_ + "' " + lamina::shape_string(shape) +
                             " with its gradient");
   }
   shape_ = shape;
   count_ = count;
   if (grow) {
-    data_ = std::make_shared<Memory>(*backend_, count);
-    diff_ = std::make_shared<Memory>(*backend_, count);
+    const DType t = dtype();
+    data_ = std::make_shared<Memory>(*backend_, count, t);
+    diff_ = std::make_shared<Memory>(*backend_, count, t);
   }
 }
 
 void Tensor::share_data(const Tensor& other) {
   CHECK_EQ(count_, other.count_) << "sharing data between " << name_ << " and " << other.name_;
   data_ = other.data_;
+  dtype_ = other.dtype();
 }
 
 void Tensor::share_diff(const Tensor& other) {
   CHECK_EQ(count_, other.count_) << "sharing diff between " << name_ << " and " << other.name_;
+  CHECK(other.diff_->dtype() == dtype()) << "sharing the " << dtype_name(other.diff_->dtype())
+                                         << " diff of " << other.name_ << " with " << name_
+                                         << ", stored in " << dtype_name(dtype());
   diff_ = other.diff_;
+}
+
+const uint16_t* Tensor::half_copy() const {
+  CHECK(half_copy_) << "parameter '" << name_ << "' has no 16-bit copy: the net binds one for "
+                    << "the parameters of layers that run in BF16 or FP16";
+  return half_copy_->get_half();
+}
+
+void Tensor::bind_half_copy(uint16_t* copy, Half format) {
+  CHECK(backend_) << "bind parameter '" << name_ << "' before its 16-bit copy";
+  half_copy_ = std::make_shared<Memory>(*backend_, copy, count_, dtype_of(format));
 }
 
 void Tensor::allocate(Backend& backend) {
@@ -165,23 +229,10 @@ void Tensor::bind(Backend& backend, float* data, float* diff) {
   diff_ = std::make_shared<Memory>(backend, diff, count_);
 }
 
-namespace {
-std::vector<float> download(Memory& memory, int64_t count) {
-  memory.to_host();
-  const float* p = memory.host();
-  return std::vector<float>(p, p + count);
-}
-void upload(Memory& memory, const std::vector<float>& values, int64_t count,
-            const std::string& name) {
-  LAMINA_REQUIRE(static_cast<int64_t>(values.size()) == count, "tensor '", name, "' holds ",
-                 count, " values, got ", values.size());
-  memory.backend().copy_from_host(sizeof(float) * count, values.data(), memory.mutable_get());
-}
-}  // namespace
-
-std::vector<float> Tensor::copy_data_to_host() const { return download(*data_, count_); }
-std::vector<float> Tensor::copy_diff_to_host() const { return download(*diff_, count_); }
-void Tensor::copy_data_from_host(const std::vector<float>& v) { upload(*data_, v, count_, name_); }
-void Tensor::copy_diff_from_host(const std::vector<float>& v) { upload(*diff_, v, count_, name_); }
+// A tensor's memory may hold more than count_ values (it shrank): transfer the first count_.
+std::vector<float> Tensor::copy_data_to_host() const { return data_->download(count_); }
+std::vector<float> Tensor::copy_diff_to_host() const { return diff_->download(count_); }
+void Tensor::copy_data_from_host(const std::vector<float>& v) { data_->upload(v, count_, name_); }
+void Tensor::copy_diff_from_host(const std::vector<float>& v) { diff_->upload(v, count_, name_); }
 
 }  // namespace lamina

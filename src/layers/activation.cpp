@@ -1,7 +1,8 @@
 // Elementwise activations: ReLU (leaky with relu_param.negative_slope), Sigmoid, TanH.
 //
 // top = f(bottom), same shape. The backward pass computes f' from the top, so the layers work
-// in place (top == bottom): dbottom = dtop * f'(top), written with =.
+// in place (top == bottom): dbottom = dtop * f'(top), written with =. In a 16-bit precision
+// they read and write 16-bit values, computing in FP32.
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
 
@@ -22,6 +23,7 @@ class ActivationLayer : public Layer {
     return F == Activation::kReLU ? TopUse::kPositive : TopUse::kValues;
   }
   bool keeps_positive_in_place() const override { return F == Activation::kReLU; }
+  HalfSupport half_support() const override { return HalfSupport::kHalf; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     if (F == Activation::kReLU) {
@@ -31,22 +33,37 @@ class ActivationLayer : public Layer {
                      negative_slope_);
     }
     if (top[0] != bottom[0]) top[0]->reshape(bottom[0]->shape());
+    storage_ = bottom[0]->dtype();
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
-    backend_.activation_forward(F, bottom[0]->count(), negative_slope_, bottom[0]->data(),
-                                top[0]->mutable_data());
+    const int64_t n = bottom[0]->count();
+    if (is_half(storage_)) {
+      backend_.activation_forward(half_format(storage_), F, n, negative_slope_,
+                                  bottom[0]->half_data(), top[0]->mutable_half_data());
+    } else {
+      backend_.activation_forward(F, n, negative_slope_, bottom[0]->data(),
+                                  top[0]->mutable_data());
+    }
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
-    backend_.activation_backward(F, top[0]->count(), negative_slope_, top[0]->data(),
-                                 top[0]->diff(), bottom[0]->mutable_diff());
+    const int64_t n = top[0]->count();
+    if (is_half(storage_)) {
+      backend_.activation_backward(half_format(storage_), F, n, negative_slope_,
+                                   top[0]->half_data(), top[0]->half_diff(),
+                                   bottom[0]->mutable_half_diff());
+    } else {
+      backend_.activation_backward(F, n, negative_slope_, top[0]->data(), top[0]->diff(),
+                                   bottom[0]->mutable_diff());
+    }
   }
 
  private:
   float negative_slope_ = 0;
+  DType storage_ = DType::kF32;  // the blobs' (the net chose it)
 };
 
 }  // namespace

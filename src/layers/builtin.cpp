@@ -15,6 +15,7 @@ void register_flatten_layer();         // Flatten
 void register_reshape_layer();         // Reshape
 void register_dropout_layer();         // Dropout
 void register_split_layer();           // Split
+void register_convert_layer();         // Convert
 void register_input_layer();           // Input
 void register_mnist_data_layer();      // MnistData
 void register_convolution_layer();     // Convolution
@@ -37,6 +38,7 @@ void register_builtin_layers() {
   register_reshape_layer();
   register_dropout_layer();
   register_split_layer();
+  register_convert_layer();
   register_input_layer();
   register_mnist_data_layer();
   register_convolution_layer();

@@ -8,7 +8,9 @@
 // The bias goes into the product's epilogue (Backend::linear_forward), and so does a ReLU in
 // place right after the layer, which the net lets the layer absorb (Layer::absorb): the
 // forward is one operation, and the backward applies the ReLU's derivative and sums the bias
-// gradient in one pass (linear_bias_backward).
+// gradient in one pass (linear_bias_backward). In a 16-bit precision the bottom, the top and
+// their gradients are 16-bit, the products read the weight's 16-bit copy and accumulate in
+// FP32, and the parameters' gradients are FP32 (the bias and the arena stay FP32).
 #include <memory>
 
 #include "lamina/layer.hpp"
@@ -21,6 +23,7 @@ class LinearLayer : public Layer {
  public:
   using Layer::Layer;
   std::vector<std::string> parameter_messages() const override { return {"inner_product_param"}; }
+  HalfSupport half_support() const override { return HalfSupport::kHalf; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const InnerProductParameter& p = param_.inner_product_param();
@@ -35,6 +38,7 @@ class LinearLayer : public Layer {
     k_ = x.count(axis, axes);
     n_ = p.num_output();
     bias_term_ = p.bias_term();
+    storage_ = x.dtype();
 
     add_param("weight", {n_, k_}, p.has_weight_filler() ? p.weight_filler() : xavier());
     if (bias_term_)
@@ -55,9 +59,15 @@ class LinearLayer : public Layer {
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
-    backend_.linear_forward(m_, n_, k_, bottom[0]->data(), params_[0].tensor->data(),
-                            bias_term_ ? params_[1].tensor->data() : nullptr, relu_,
-                            top[0]->mutable_data());
+    const float* bias = bias_term_ ? params_[1].tensor->data() : nullptr;
+    if (is_half(storage_)) {
+      backend_.linear_forward(half_format(storage_), m_, n_, k_, bottom[0]->half_data(),
+                              params_[0].tensor->half_copy(), bias, relu_,
+                              top[0]->mutable_half_data());
+    } else {
+      backend_.linear_forward(m_, n_, k_, bottom[0]->data(), params_[0].tensor->data(), bias,
+                              relu_, top[0]->mutable_data());
+    }
   }
 
   // The net calls backward_params (when a parameter learns) before backward_input; whichever
@@ -65,13 +75,23 @@ class LinearLayer : public Layer {
   // the parameters' gradients need runs on the side lane, beside the input gradient
   // (Backend::to_side_lane), unless a parameter is shared with another layer.
   void backward_params(const Tensors& top, const Tensors& bottom) override {
-    const float* dy = top[0]->diff();  // (M, N)
     float* db = bias_term_ ? params_[1].tensor->mutable_diff() : nullptr;
+    float* dw = params_[0].tensor->mutable_diff();
     if (relu_) apply_relu(top, db);
     SideLane lane(backend_, !any_shared(params_));
+    if (is_half(storage_)) {
+      const Half f = half_format(storage_);
+      const uint16_t* dy = top[0]->half_diff();  // (M, N)
+      if (!relu_ && db != nullptr)
+        backend_.linear_bias_backward(f, m_, n_, nullptr, dy, nullptr, db);
+      backend_.gemm(f, Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy,
+                    bottom[0]->half_data(), 1.0f, dw);
+      return;
+    }
+    const float* dy = top[0]->diff();  // (M, N)
     if (!relu_ && db != nullptr) backend_.linear_bias_backward(m_, n_, nullptr, dy, nullptr, db);
     backend_.gemm(Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy, bottom[0]->data(), 1.0f,
-                  params_[0].tensor->mutable_diff());
+                  dw);
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
@@ -79,6 +99,12 @@ class LinearLayer : public Layer {
     if (relu_ && !relu_applied_) apply_relu(top, nullptr);
     relu_applied_ = false;
     if (!propagate[0]) return;
+    if (is_half(storage_)) {
+      backend_.gemm(half_format(storage_), Transpose::kNo, Transpose::kNo, m_, k_, n_, 1.0f,
+                    top[0]->half_diff(), params_[0].tensor->half_copy(), 0.0f,
+                    bottom[0]->mutable_half_diff());
+      return;
+    }
     backend_.gemm(Transpose::kNo, Transpose::kNo, m_, k_, n_, 1.0f, top[0]->diff(),
                   params_[0].tensor->data(), 0.0f, bottom[0]->mutable_diff());
   }
@@ -87,8 +113,13 @@ class LinearLayer : public Layer {
   // The ReLU's derivative applied to the top gradient in place, with the bias gradient
   // summed into db in the same pass when db is given.
   void apply_relu(const Tensors& top, float* db) {
-    backend_.linear_bias_backward(m_, n_, top[0]->data(), top[0]->diff(),
-                                  top[0]->mutable_diff(), db);
+    if (is_half(storage_)) {
+      backend_.linear_bias_backward(half_format(storage_), m_, n_, top[0]->half_data(),
+                                    top[0]->half_diff(), top[0]->mutable_half_diff(), db);
+    } else {
+      backend_.linear_bias_backward(m_, n_, top[0]->data(), top[0]->diff(),
+                                    top[0]->mutable_diff(), db);
+    }
     relu_applied_ = true;
   }
 
@@ -100,6 +131,7 @@ class LinearLayer : public Layer {
 
   int64_t m_ = 0, k_ = 0, n_ = 0;
   bool bias_term_ = true;
+  DType storage_ = DType::kF32;  // the bottom's and top's (the net chose it)
   bool relu_ = false;          // absorbed the ReLU after it
   bool relu_applied_ = false;  // this pass's top gradient went through the ReLU already
 };

@@ -9,6 +9,7 @@ namespace lamina {
 class ViewLayer : public Layer {
  public:
   using Layer::Layer;
+  HalfSupport half_support() const override { return HalfSupport::kFollows; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     top[0]->reshape(view_shape(*bottom[0]));

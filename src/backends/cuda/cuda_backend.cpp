@@ -18,11 +18,6 @@
 
 namespace lamina {
 namespace cuda_detail {
-namespace {
-
-cublasOperation_t blas_op(Transpose t) { return t == Transpose::kNo ? CUBLAS_OP_N : CUBLAS_OP_T; }
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------
 // Memory and transfers
@@ -105,19 +100,21 @@ void CudaBackend::synchronize() {
 // BLAS
 // ---------------------------------------------------------------------------------------
 
+// An empty sum (k == 0): C = beta C, where beta == 0 does not read C (BLAS convention).
+void CudaBackend::empty_product(int64_t count, float beta, float* c) {
+  if (beta == 0) {
+    fill(count, 0.0f, c);
+  } else if (beta != 1) {
+    scal(count, beta, c);
+  }
+}
+
 // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C
 void CudaBackend::gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const float* a, const float* b, float beta, float* c) {
   on_device();
   if (m == 0 || n == 0) return;
-  if (k == 0) {  // empty sum: C = beta C, where beta == 0 does not read C (BLAS convention)
-    if (beta == 0) {
-      fill(m * n, 0.0f, c);
-    } else if (beta != 1) {
-      scal(m * n, beta, c);
-    }
-    return;
-  }
+  if (k == 0) return empty_product(m * n, beta, c);
   const int64_t lda = trans_a == Transpose::kNo ? k : m;
   const int64_t ldb = trans_b == Transpose::kNo ? n : k;
   if (math() == Math::kFP32) {

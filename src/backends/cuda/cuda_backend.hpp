@@ -6,10 +6,12 @@
 //   cuda_backend.cpp     memory, transfers, cuBLAS calls, make_cuda_backend, device_query
 //   blas_kernels.cu      fill, mul, axpby, dot
 //   half_kernels.cu      16-bit storage: to_half, from_half (rounding.hpp's conversions)
+//   half_gemm.cu         16-bit storage: supports_half and the gemms with 16-bit operands
+//   half_storage.cuh     how kernels written once read and write FP32 or 16-bit arrays
 //   activation_kernels.cu, softmax_kernels.cu, loss_kernels.cu (cross-entropy, NLL,
 //   euclidean, accuracy), data_kernels.cu (dropout, gather_batch), update_kernel.cu
-//   linear.cu            the fused Linear: cuBLASLt with bias/ReLU epilogues, and the
-//                        ReLU-derivative + bias-gradient kernel
+//   linear.cu            the fused Linear: cuBLASLt with bias/ReLU epilogues (FP32 or 16-bit)
+//   linear_bias_backward.cu  the ReLU-derivative + bias-gradient kernel (FP32 or 16-bit)
 //   cudnn.cpp            everything cuDNN (the one file that includes cudnn.h): the handle,
 //                        and convolution, with its plans (descriptors, algorithms) cached
 //                        per geometry in the context
@@ -34,6 +36,10 @@
 #include "lamina/backend.hpp"
 
 namespace lamina::cuda_detail {
+
+inline cublasOperation_t blas_op(Transpose t) {
+  return t == Transpose::kNo ? CUBLAS_OP_N : CUBLAS_OP_T;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -66,6 +72,21 @@ class CudaBackend final : public Backend {
   void dot(int64_t n, const float* x, const float* y, float* result) override;
   void to_half(Half format, int64_t n, const float* x, uint16_t* y) override;
   void from_half(Half format, int64_t n, const uint16_t* x, float* y) override;
+  // The operations on 16-bit arrays: BF16 from compute capability 8.0, FP16 from 7.0.
+  bool supports_half(Half format) const override;
+  void gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+            float alpha, const uint16_t* a, const uint16_t* b, float beta, float* c) override;
+  void gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+            float alpha, const uint16_t* a, const uint16_t* b, float beta,
+            uint16_t* c) override;
+  void linear_forward(Half format, int64_t rows, int64_t n, int64_t k, const uint16_t* x,
+                      const uint16_t* w, const float* bias, bool relu, uint16_t* y) override;
+  void linear_bias_backward(Half format, int64_t rows, int64_t n, const uint16_t* y,
+                            const uint16_t* dy, uint16_t* dz, float* db) override;
+  void activation_forward(Half format, Activation f, int64_t n, float negative_slope,
+                          const uint16_t* x, uint16_t* y) override;
+  void activation_backward(Half format, Activation f, int64_t n, float negative_slope,
+                           const uint16_t* y, const uint16_t* dy, uint16_t* dx) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;
@@ -154,6 +175,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CapturedOps> end_capture(bool keep) override;
 
  private:
+  // C (count values) = beta C, the result of a gemm with k == 0 (cuda_backend.cpp).
+  void empty_product(int64_t count, float beta, float* c);
   // Convolution by im2col + cuBLAS (conv_kernels.cu), one image at a time with the column
   // matrix in the context's workspace; no bias (the callers add it). Same conventions as
   // the conv_* operations: y and dx written with =, dweight accumulated with +=.
@@ -163,6 +186,13 @@ class CudaBackend final : public Backend {
                                  float* dx);
   void im2col_conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
                                    float* dweight);
+
+  // y (rows, n) = act(x (rows, k) W (n, k)^T + bias) as one cuBLASLt matmul, x, W and y
+  // stored as `storage` (CUDA_R_32F, _16BF or _16F), the bias FP32 (linear.cu). False,
+  // having done nothing, where cuBLASLt cannot (no algorithm; a bias with a 16-bit y): the
+  // caller runs it unfused.
+  bool fused_linear(cudaDataType_t storage, int64_t rows, int64_t n, int64_t k, const void* x,
+                    const void* w, const float* bias, bool relu, void* y);
 
   // Makes the device current on this thread and returns the stream the operation goes to
   // (the main stream, or the side lane's between to_side_lane and to_main_lane).

@@ -1,0 +1,66 @@
+// The products of 16-bit storage on CUDA (backend.hpp, "16-bit storage"): supports_half and
+// gemm with A and B in BF16 or FP16 and C in FP32 or the same 16-bit format.
+//
+// cublasGemmEx with compute type CUBLAS_COMPUTE_32F: the 16-bit operands are read exactly,
+// products are accumulated in FP32 on tensor cores (whatever math() says: TF32 would change
+// nothing, 16-bit values being exact in TF32), alpha and beta C are applied in FP32, and a
+// 16-bit C is rounded once, to nearest even. The row-major trick and the empty sum (k == 0)
+// are the float gemm's (cuda_backend.cpp).
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/half_storage.cuh"
+
+namespace lamina::cuda_detail {
+namespace {
+
+// C (m, n) = alpha op(A) op(B) + beta C, with A and B of type ab and C of type c_type, as
+// C^T = op(B)^T op(A)^T column-major. k > 0.
+void product(cublasHandle_t blas, cudaDataType_t ab, cudaDataType_t c_type, Transpose trans_a,
+             Transpose trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+             const void* b, float beta, void* c) {
+  const int64_t lda = trans_a == Transpose::kNo ? k : m;
+  const int64_t ldb = trans_b == Transpose::kNo ? n : k;
+  LAMINA_CUBLAS_CHECK(cublasGemmEx_64(blas, blas_op(trans_b), blas_op(trans_a), n, m, k, &alpha,
+                                      b, ab, ldb, a, ab, lda, &beta, c, c_type, n,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+// Tensor cores took FP16 with compute capability 7.0 (Volta) and BF16 with 8.0 (Ampere).
+bool CudaBackend::supports_half(Half format) const {
+  return context_.properties().major >= (format == Half::kBF16 ? 8 : 7);
+}
+
+void CudaBackend::gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
+                       int64_t k, float alpha, const uint16_t* a, const uint16_t* b, float beta,
+                       float* c) {
+  on_device();
+  if (m == 0 || n == 0) return;
+  if (k == 0) return empty_product(m * n, beta, c);
+  product(context_.blas(), half_data_type(format), CUDA_R_32F, trans_a, trans_b, m, n, k, alpha,
+          a, b, beta, c);
+}
+
+void CudaBackend::gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
+                       int64_t k, float alpha, const uint16_t* a, const uint16_t* b, float beta,
+                       uint16_t* c) {
+  on_device();
+  if (m == 0 || n == 0) return;
+  if (beta == 0) {  // C is not read (BLAS convention); all-zero bits are +0 in both formats
+    if (k == 0) return zero(sizeof(uint16_t) * m * n, c);
+    return product(context_.blas(), half_data_type(format), half_data_type(format), trans_a,
+                   trans_b, m, n, k, alpha, a, b, 0.0f, c);
+  }
+  if (k == 0 && beta == 1) return;
+  // With beta != 0, cuBLAS may round the product to C's type before it adds beta C (seen
+  // with cuBLAS 13.1 on an H100 at 256x512x384: a quarter of the results an ulp away from
+  // the sum rounded once, some two). So C is widened into the workspace, the product
+  // accumulated onto it in FP32 and the sum rounded once, as the Native backend does.
+  float* wide = static_cast<float*>(context_.workspace(sizeof(float) * m * n));
+  from_half(format, m * n, c, wide);
+  gemm(format, trans_a, trans_b, m, n, k, alpha, a, b, beta, wide);
+  to_half(format, m * n, wide, c);
+}
+
+}  // namespace lamina::cuda_detail

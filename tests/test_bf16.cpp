@@ -1,0 +1,273 @@
+// BF16 storage on the CPU (docs/precision.md): tensors stored in 16 bits, the net's choice of
+// storage per layer and the Convert layers it inserts, each 16-bit layer's forward and
+// backward against its FP32 result within a bound derived from BF16's precision, the
+// weights' 16-bit copy, and training with FP32 master weights.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "lamina/io.hpp"
+#include "lamina/native_backend.hpp"
+#include "lamina/net.hpp"
+#include "lamina/precision.hpp"
+#include "lamina/rounding.hpp"
+#include "lamina/solver.hpp"
+#include "test_util.hpp"
+
+namespace lamina {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::random_values;
+
+// BF16 keeps 8 significant bits: rounding to nearest moves a value by at most u = 2^-8 of it.
+const double kUnit = std::ldexp(1.0, -8);
+
+std::vector<float> rounded(const std::vector<float>& v) {
+  std::vector<float> out;
+  for (float x : v) out.push_back(bf16_to_float(float_to_bf16(x)));
+  return out;
+}
+
+TEST(Bf16Storage, TensorsRoundOnTheWayInAndReadExactly) {
+  NativeBackend native;
+  Tensor t(native, {4}, "t", DType::kBF16);
+  EXPECT_EQ(t.dtype(), DType::kBF16);
+  const float tie = 1.0f + std::ldexp(1.0f, -8);  // halfway between 1 and 1 + 2^-7
+  t.copy_data_from_host({tie, 3.14159f, -0.0f, 1e-40f});
+  const std::vector<float> back = t.copy_data_to_host();
+  EXPECT_EQ(back[0], 1.0f) << "a tie goes to the even neighbour";
+  EXPECT_EQ(back[1], 3.140625f);
+  EXPECT_TRUE(std::signbit(back[2]));
+  EXPECT_EQ(back[3], bf16_to_float(float_to_bf16(1e-40f))) << "subnormals are kept";
+  EXPECT_EQ(t.half_data()[1], float_to_bf16(3.14159f)) << "the array holds the 16 bits";
+  t.reshape({2});  // shrinking keeps the memory; transfers cover the new count
+  EXPECT_THAT(t.copy_data_to_host(), ElementsAre(1.0f, 3.140625f));
+}
+
+const char* kMlp = R"(
+name: "mlp"
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 8 dim: 24 } shape { dim: 8 } } }
+layer { name: "ip1" type: "Linear" inner_product_param { num_output: 16
+        weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "relu1" type: "ReLU" }
+layer { name: "ip2" type: "Linear" inner_product_param { num_output: 5
+        weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" }
+)";
+
+NetParameter mlp(Precision p) {
+  NetParameter param = parse_net_parameter(kMlp, "net");
+  set_default_precision(param, p);
+  return param;
+}
+
+std::vector<std::string> layer_names(Net& net) {
+  std::vector<std::string> out;
+  for (int i = 0; i < net.num_layers(); ++i) out.push_back(net.layer(i).name());
+  return out;
+}
+
+TEST(Bf16Net, LayersStoreInBf16AndConvertAtTheEdges) {
+  NativeBackend native;
+  Net net(mlp(BF16), TRAIN, native, 1);
+  // The data layer and the loss have no 16-bit path: a Convert before ip1 rounds the data,
+  // one after ip2 widens the scores; the ReLU is fused into ip1.
+  EXPECT_THAT(layer_names(net), ElementsAre("data", "data_BF16", "ip1", "relu1", "ip2",
+                                            "ip2_FP32", "loss"));
+  std::vector<DType> storage;
+  for (int i = 0; i < net.num_layers(); ++i) storage.push_back(net.layer_storage(i));
+  EXPECT_THAT(storage, ElementsAre(DType::kF32, DType::kBF16, DType::kBF16, DType::kBF16,
+                                   DType::kBF16, DType::kF32, DType::kF32));
+  EXPECT_EQ(net.blob("ip1").dtype(), DType::kBF16);
+  EXPECT_EQ(net.blob("label").dtype(), DType::kF32);
+  EXPECT_TRUE(net.layer_fused(3));
+  EXPECT_TRUE(net.arena().has_half_copy());
+  EXPECT_EQ(net.blob("ip2_FP32").dtype(), DType::kF32);
+}
+
+TEST(Bf16Net, PrecisionsAreParsedAndRefusedWithTheirFix) {
+  EXPECT_EQ(parse_precision("bf16", "--precision"), BF16);
+  EXPECT_THAT(testing::error_of([] { parse_precision("fp16", "--precision"); }),
+              HasSubstr("--precision fp16: precision FP16 is not available yet (it needs "
+                        "dynamic loss scaling)"));
+  NativeBackend native;
+  // An in-place layer cannot have a Convert before it.
+  NetParameter param = mlp(FP32);
+  param.mutable_layer(1)->set_precision(BF16);
+  param.mutable_layer(2)->add_bottom("ip1");
+  param.mutable_layer(2)->add_top("ip1");
+  EXPECT_THAT(testing::error_of([&] { Net(param, TRAIN, native, 1); }),
+              HasSubstr("layer 'relu1' (ReLU) runs in FP32 in place on 'ip1', which the layer "
+                        "before it stores in BF16; give it that layer's precision, or give its "
+                        "top a name of its own"));
+  // Not in place, the ReLU gets a Convert.
+  param.mutable_layer(2)->set_top(0, "r");
+  Net net(param, TRAIN, native, 1);
+  EXPECT_THAT(layer_names(net), ElementsAre("data", "data_BF16", "ip1", "ip1_FP32", "relu1",
+                                            "ip2", "loss"));
+}
+
+const char* kLinear = R"(
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 8 dim: 24 } shape { dim: 8 } } }
+layer { name: "ip0" type: "Linear" precision: FP32 inner_product_param { num_output: 24
+        weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "ip1" type: "Linear" inner_product_param { num_output: 16
+        weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "ip2" type: "Linear" precision: FP32 inner_product_param { num_output: 5 } }
+layer { name: "loss" type: "SoftmaxWithLoss" }
+)";
+
+// Runs `net` forward and then layer `layer` backward from the top gradient dy.
+void forward_and_backward(Net& net, int layer, const std::vector<float>& data,
+                          const std::vector<float>& dy) {
+  net.blob("data").copy_data_from_host(data);
+  net.forward();
+  net.arena().zero_diff();
+  net.layer_tops(layer)[0]->copy_diff_from_host(dy);
+  net.backward_layer(layer);
+}
+
+// A Linear layer (8 x 24 -> 16, with bias; ip1, between two FP32 layers) in BF16 against
+// FP32: same weights, input and top gradient. BF16 rounds x, W and dy (the Convert and the
+// 16-bit copy: a relative u = 2^-8 each) and every 16-bit result once; sums run in FP32
+// either way. So each output differs from FP32's by at most 2 u S + u |y| (S = the sum of
+// |operand products| behind it), plus FP32's own rounding, covered by 1% of the first term.
+TEST(Bf16Layers, LinearStaysWithinBf16OfFp32ForwardAndBackward) {
+  NativeBackend native;
+  const NetParameter param = parse_net_parameter(kLinear, "net");
+  NetParameter half = param;
+  set_default_precision(half, BF16);
+  Net n32(param, TRAIN, native, 1), n16(half, TRAIN, native, 1);
+  const int ip32 = 2, ip16 = 3;
+  ASSERT_THAT(layer_names(n16), ElementsAre("data", "ip0", "ip0_BF16", "ip1", "ip1_FP32", "ip2",
+                                            "loss"));
+  const int64_t rows = 8, k = 24, n = 16;
+  const std::vector<float> data = random_values(rows * k, 5), dy = random_values(rows * n, 6);
+  forward_and_backward(n32, ip32, data, dy);
+  forward_and_backward(n16, ip16, data, dy);
+  const std::vector<float> x = n32.blob("ip0").copy_data_to_host();
+  const std::vector<float> w = n32.layer(ip32).params()[0].tensor->copy_data_to_host();
+  const std::vector<float> y32 = n32.blob("ip1").copy_data_to_host();
+  const std::vector<float> y16 = n16.blob("ip1").copy_data_to_host();
+  EXPECT_EQ(y16, rounded(y16)) << "the top holds BF16 values";
+  auto bound = [](double sum, double value) {
+    return 2.02 * kUnit * sum + kUnit * std::abs(value);
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t c = 0; c < k; ++c) s += std::abs(x[r * k + c] * w[j * k + c]);
+      EXPECT_NEAR(y16[r * n + j], y32[r * n + j], bound(s, y32[r * n + j])) << r << "," << j;
+    }
+  }
+  EXPECT_NE(y16, y32) << "BF16 must change the results";
+  // dx = dy W (16-bit), dW = dy^T x and db = column sums of dy (FP32: no final rounding).
+  const std::vector<float> dx32 = n32.blob("ip0").copy_diff_to_host();
+  const std::vector<float> dx16 = n16.blob("ip0_BF16").copy_diff_to_host();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      double s = 0;
+      for (int64_t j = 0; j < n; ++j) s += std::abs(dy[r * n + j] * w[j * k + c]);
+      EXPECT_NEAR(dx16[r * k + c], dx32[r * k + c], bound(s, dx32[r * k + c])) << r << "," << c;
+    }
+  }
+  const std::vector<float> dw32 = n32.layer(ip32).params()[0].tensor->copy_diff_to_host();
+  const std::vector<float> dw16 = n16.layer(ip16).params()[0].tensor->copy_diff_to_host();
+  const std::vector<float> db32 = n32.layer(ip32).params()[1].tensor->copy_diff_to_host();
+  const std::vector<float> db16 = n16.layer(ip16).params()[1].tensor->copy_diff_to_host();
+  for (int64_t j = 0; j < n; ++j) {
+    double sb = 0;
+    for (int64_t r = 0; r < rows; ++r) sb += std::abs(dy[r * n + j]);
+    EXPECT_NEAR(db16[j], db32[j], 1.01 * kUnit * sb) << j;
+    for (int64_t c = 0; c < k; ++c) {
+      double s = 0;
+      for (int64_t r = 0; r < rows; ++r) s += std::abs(dy[r * n + j] * x[r * k + c]);
+      EXPECT_NEAR(dw16[j * k + c], dw32[j * k + c], 2.02 * kUnit * s) << j << "," << c;
+    }
+  }
+  EXPECT_NE(dw16, rounded(dw16)) << "parameter gradients stay FP32";
+}
+
+// The activations in BF16: f of the rounded input, rounded once; backward likewise. With
+// |f'| <= 1 (ReLU, TanH) or 1/4 (Sigmoid), the output moves by at most u |x| + u |y|.
+TEST(Bf16Layers, ActivationsStayWithinBf16OfFp32) {
+  NativeBackend native;
+  const int64_t n = 1000;
+  const std::vector<float> x = random_values(n, 7, -4, 4), dy = random_values(n, 8);
+  std::vector<uint16_t> x16(n), dy16(n), y16(n), dx16(n);
+  native.to_half(Half::kBF16, n, x.data(), x16.data());
+  native.to_half(Half::kBF16, n, dy.data(), dy16.data());
+  std::vector<float> y(n), dx(n), y_back(n), dx_back(n);
+  for (Activation f : {Activation::kReLU, Activation::kSigmoid, Activation::kTanH}) {
+    native.activation_forward(f, n, 0.0f, x.data(), y.data());
+    native.activation_backward(f, n, 0.0f, y.data(), dy.data(), dx.data());
+    native.activation_forward(Half::kBF16, f, n, 0.0f, x16.data(), y16.data());
+    native.activation_backward(Half::kBF16, f, n, 0.0f, y16.data(), dy16.data(), dx16.data());
+    native.from_half(Half::kBF16, n, y16.data(), y_back.data());
+    native.from_half(Half::kBF16, n, dx16.data(), dx_back.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(y_back[i], y[i], kUnit * (std::abs(x[i]) + std::abs(y[i])) + 1e-7)
+          << int(f) << " at " << i;
+      // dx = dy g(y), |g| <= 1 and |g'| <= 2 on these outputs: the rounding of dy, of y
+      // (through g), and of dx.
+      ASSERT_NEAR(dx_back[i], dx[i],
+                  kUnit * (std::abs(dy[i]) * (1 + 2 * (std::abs(y[i]) + std::abs(x[i]))) +
+                           std::abs(dx[i])) + 1e-7)
+          << int(f) << " at " << i;
+    }
+  }
+}
+
+// The weights' 16-bit copy follows the FP32 weights however they change: forward refreshes it.
+TEST(Bf16Net, TheWeightsCopyIsRefreshedBeforeEachForwardPass) {
+  NativeBackend native;
+  Net net(mlp(BF16), TRAIN, native, 1);
+  net.blob("data").copy_data_from_host(random_values(8 * 24, 3));
+  net.forward();
+  ASSERT_NE(net.blob("ip1").copy_data_to_host(), std::vector<float>(8 * 16, 0.0f));
+  net.arena().from_host(std::vector<float>(net.arena().count(), 0.0f), net.arena().data());
+  net.forward();
+  EXPECT_EQ(net.blob("ip1").copy_data_to_host(), std::vector<float>(8 * 16, 0.0f))
+      << "zero weights and biases give zero outputs";
+}
+
+// Training: the update runs on the FP32 master weights; a BF16 step's loss and updated
+// weights stay within BF16's precision of FP32's, and the net learns.
+TEST(TrainingInBf16, MasterWeightsStayFp32AndTheNetTrains) {
+  NativeBackend native;
+  const SolverParameter sp = parse_solver_parameter("base_lr: 0.2 random_seed: 3", "solver");
+  SolverParameter bf16_sp = sp;
+  bf16_sp.set_precision(BF16);
+  const NetParameter net = parse_net_parameter(kMlp, "net");
+  Solver fp32(sp, net, native), bf16(bf16_sp, net, native);
+  const std::vector<float> x = random_values(8 * 24, 13);
+  const std::vector<float> labels = {0, 2, 1, 4, 3, 0, 1, 2};
+  for (Solver* s : {&fp32, &bf16}) {
+    s->net().blob("data").copy_data_from_host(x);
+    s->net().blob("label").copy_data_from_host(labels);
+  }
+  fp32.step(1);
+  bf16.step(1);
+  // Scores within 2^-7 or so of FP32's (two layers of 2 u relative error on sums of a few
+  // terms): the loss and the one-step update within 2%.
+  const float loss32 = fp32.net().loss(), loss16 = bf16.net().loss();
+  EXPECT_NE(loss32, loss16);
+  EXPECT_NEAR(loss16, loss32, 0.02 * std::abs(loss32));
+  const ParamArena& a = fp32.net().arena();
+  const ParamArena& b = bf16.net().arena();
+  const std::vector<float> wa(a.data(), a.data() + a.count()), wb(b.data(), b.data() + b.count());
+  EXPECT_LE(testing::normalized_error(wa, wb), 0.02);
+  EXPECT_NE(wb, rounded(wb)) << "the master weights are FP32, not BF16 values";
+  bf16.step(60);
+  EXPECT_LT(bf16.net().loss(), 0.3f * loss16) << "the BF16 net trains";
+}
+
+}  // namespace
+}  // namespace lamina
