@@ -370,11 +370,12 @@ std::vector<float> loss_labels(const LossCase& c, int64_t rows, int64_t cols, ui
 }
 
 TEST_F(CudaBackendTest, SoftmaxCrossEntropy) {
-  // Batches of at most 1024 rows of at most 1024 classes (and 65536 scores) run in one launch
+  // Batches of at most 64 rows of at most 1024 classes (and 65536 scores) run in one launch
   // (a warp per row), larger ones as a block per row: both against the Native backend.
   const struct {
     int64_t rows, cols;
-  } shapes[] = {{13, 10}, {4, 1000}, {64, 10}, {1024, 64}, {1025, 10}, {70, 1000}, {3, 100000}};
+  } shapes[] = {{13, 10}, {4, 1000}, {64, 10}, {65, 10}, {1024, 64}, {1025, 10}, {70, 1000},
+                {3, 100000}};
   for (const auto& s : shapes) {
     for (const LossCase& c : loss_cases()) {
       SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " cols " << s.cols << " "
