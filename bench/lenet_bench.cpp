@@ -40,6 +40,7 @@ struct LayerTimes {
 LayerTimes time_layers(lamina::Net& net, lamina::Backend& backend, int iterations) {
   LayerTimes t;
   const int n = net.num_layers();
+  net.refresh_half_weights();  // forward_layer reads the weights' 16-bit copy as it is
   for (int it = 0; it < iterations; ++it) {
     for (int pass = 0; pass < 2; ++pass) {
       for (int k = 0; k < n; ++k) {

@@ -97,20 +97,59 @@ TEST(Bf16Net, PrecisionsAreParsedAndRefusedWithTheirFix) {
               HasSubstr("--precision fp16: precision FP16 is not available yet (it needs "
                         "dynamic loss scaling)"));
   NativeBackend native;
-  // An in-place layer cannot have a Convert before it.
+  // An in-place layer cannot have a Convert before it. One that can run in 16 bits runs in
+  // its blob's storage, whatever its own precision: a ReLU in FP32 in place on a BF16
+  // Linear's output runs in BF16 (and is fused), one in BF16 on an FP32 output in FP32.
   NetParameter param = mlp(FP32);
   param.mutable_layer(1)->set_precision(BF16);
   param.mutable_layer(2)->add_bottom("ip1");
   param.mutable_layer(2)->add_top("ip1");
-  EXPECT_THAT(testing::error_of([&] { Net(param, TRAIN, native, 1); }),
-              HasSubstr("layer 'relu1' (ReLU) runs in FP32 in place on 'ip1', which the layer "
-                        "before it stores in BF16; give it that layer's precision, or give its "
-                        "top a name of its own"));
-  // Not in place, the ReLU gets a Convert.
-  param.mutable_layer(2)->set_top(0, "r");
-  Net net(param, TRAIN, native, 1);
-  EXPECT_THAT(layer_names(net), ElementsAre("data", "data_BF16", "ip1", "ip1_FP32", "relu1",
-                                            "ip2", "loss"));
+  {
+    Net net(param, TRAIN, native, 1);
+    EXPECT_THAT(layer_names(net), ElementsAre("data", "data_BF16", "ip1", "relu1", "ip1_FP32",
+                                              "ip2", "loss"));
+    EXPECT_EQ(net.layer_storage(3), DType::kBF16);
+    EXPECT_TRUE(net.layer_fused(3));
+  }
+  NetParameter reversed = param;
+  reversed.mutable_layer(1)->set_precision(FP32);
+  reversed.mutable_layer(2)->set_precision(BF16);
+  {
+    Net net(reversed, TRAIN, native, 1);
+    EXPECT_THAT(layer_names(net), ElementsAre("data", "ip1", "relu1", "ip2", "loss"));
+    EXPECT_EQ(net.layer_storage(2), DType::kF32);
+  }
+  // A layer without a 16-bit path in place on a BF16 blob is refused, saying what to do.
+  NetParameter dropout = param;
+  dropout.mutable_layer(2)->set_type("Dropout");
+  EXPECT_THAT(testing::error_of([&] { Net(dropout, TRAIN, native, 1); }),
+              HasSubstr("layer 'relu1' (Dropout) has no 16-bit path, so it cannot work in place "
+                        "on 'ip1', which layer 'ip1' stores in BF16: give its top a name of its "
+                        "own (a Convert then goes before it), or run layer 'ip1' in FP32"));
+  // Not in place, it gets a Convert.
+  dropout.mutable_layer(2)->set_top(0, "r");
+  {
+    Net net(dropout, TRAIN, native, 1);
+    EXPECT_THAT(layer_names(net), ElementsAre("data", "data_BF16", "ip1", "ip1_FP32", "relu1",
+                                              "ip2", "loss"));
+  }
+  // A loss weight on a BF16 top is refused (a loss is FP32).
+  NetParameter weighted = parse_net_parameter(R"(
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 4 } } }
+layer { name: "ip" type: "Linear" precision: BF16 loss_weight: 1
+        inner_product_param { num_output: 1 } }
+)", "net");
+  EXPECT_THAT(testing::error_of([&] { Net(weighted, TRAIN, native, 1); }),
+              HasSubstr("layer 'ip': loss_weight is set on top 'ip', which the layer stores in "
+                        "BF16; a loss is FP32"));
+  // A Convert takes a name no layer or blob has.
+  NetParameter taken = mlp(BF16);
+  taken.mutable_layer(2)->set_name("data_BF16");
+  {
+    Net net(taken, TRAIN, native, 1);
+    EXPECT_THAT(layer_names(net), ElementsAre("data", "data_BF16_", "ip1", "data_BF16", "ip2",
+                                              "ip2_FP32", "loss"));
+  }
 }
 
 const char* kLinear = R"(

@@ -154,7 +154,9 @@ struct Shape {
   int64_t m, n, k;
 };
 // Odd sizes (nothing aligned, cuBLASLt may refuse the fused Linear) and aligned ones.
-const Shape kShapes[] = {{37, 19, 45}, {256, 512, 384}};
+// Odd, aligned, and narrow with a long sum (where cuBLAS splits sums it would keep in a
+// 16-bit C's type).
+const Shape kShapes[] = {{37, 19, 45}, {256, 512, 384}, {1024, 10, 4096}};
 
 std::string describe(const Shape& s) {
   return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);

@@ -119,7 +119,7 @@ class NativeBackend final : public Backend {
 
  private:
   // x (n values in format, may be null) as floats in the calling thread's staging array
-  // `slot` (0-3; half_ops.cpp), valid until that slot is used again.
+  // `slot` (0-2; half_ops.cpp), valid until that slot is used again.
   const float* widen(Half format, int64_t n, const uint16_t* x, int slot);
 };
 

@@ -285,12 +285,17 @@ DType storage_of_layer(const NetPlan& plan, size_t i, DType first_bottom) {
 
 // 4. Every layer reads its bottoms stored as it needs them: a layer not written for 16 bits
 //    in FP32, one running in 16 bits in its format, a view as its producer stores them. A
-//    Convert goes before a layer whose bottom is stored otherwise; an in-place layer cannot
-//    have one, so it must run in its blob's storage.
+//    Convert goes before a layer whose bottom is stored otherwise. An in-place layer cannot
+//    have one: it runs in its blob's storage if it can run in 16 bits, and is refused on a
+//    16-bit blob if it cannot.
 void insert_conversions(NetPlan& plan) {
-  std::map<std::string, DType> stored;  // the current version of each blob
-  std::set<std::string> names;
-  for (const auto& tops : plan.tops) names.insert(tops.begin(), tops.end());
+  std::map<std::string, DType> stored;         // the current version of each blob
+  std::map<std::string, std::string> producer;  // ... and the layer that wrote it
+  std::set<std::string> names;  // every blob and layer name, which a Convert must not take
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    names.insert(plan.tops[i].begin(), plan.tops[i].end());
+    names.insert(plan.flat[i].param.name());
+  }
   NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}};
   std::set<std::string> unread;  // blobs whose current version no layer has read yet
   // Appends a Convert of blob b to `to`; returns its top, "<b>_BF16" or "<b>_FP32".
@@ -311,6 +316,7 @@ void insert_conversions(NetPlan& plan) {
     out.flat.push_back(FlatLayer{p, index_path});
     out.storage.push_back(to);
     stored[name] = to;
+    producer[name] = name;
     unread.erase(b);
     return name;
   };
@@ -320,24 +326,28 @@ void insert_conversions(NetPlan& plan) {
     DType storage = DType::kF32;
     try {
       storage = storage_of_layer(plan, i, bottoms.empty() ? DType::kF32 : stored.at(bottoms[0]));
-      const bool follows = f.param.type() == "Convert" ||
-                           plan.layers[i]->half_support() == Layer::HalfSupport::kFollows;
-      for (std::string& b : bottoms) {
+      const Layer::HalfSupport support = plan.layers[i]->half_support();
+      const bool follows = f.param.type() == "Convert" || support == Layer::HalfSupport::kFollows;
+      const auto& t = plan.tops[i];
+      for (const std::string& b : bottoms) {
+        if (std::find(t.begin(), t.end(), b) == t.end()) continue;  // not in place on b
         const DType have = stored.at(b);
-        if (follows || have == storage) continue;
-        const auto& t = plan.tops[i];
-        LAMINA_REQUIRE(std::find(t.begin(), t.end(), b) == t.end(), "layer '", f.param.name(),
-                       "' (", f.param.type(), ") runs in ", dtype_name(storage), " in place on '",
-                       b, "', which the layer before it stores in ", dtype_name(have), "; give "
-                       "it that layer's precision, or give its top a name of its own");
-        b = convert(b, storage, f.index_path);
+        if (support == Layer::HalfSupport::kHalf) storage = have;
+        LAMINA_REQUIRE(follows || have == storage, "layer '", f.param.name(), "' (",
+                       f.param.type(), ") has no 16-bit path, so it cannot work in place on '", b,
+                       "', which layer '", producer.at(b), "' stores in ", dtype_name(have),
+                       ": give its top a name of its own (a Convert then goes before it), or "
+                       "run layer '", producer.at(b), "' in FP32");
       }
+      for (std::string& b : bottoms)
+        if (!follows && stored.at(b) != storage) b = convert(b, storage, f.index_path);
     } catch (const Error& e) {
       rethrow(plan, f, e);
     }
     for (const std::string& b : bottoms) unread.erase(b);
     for (const std::string& t : plan.tops[i]) {
       stored[t] = storage;
+      producer[t] = f.param.name();
       unread.insert(t);
     }
     out.layers.push_back(std::move(plan.layers[i]));
@@ -348,12 +358,14 @@ void insert_conversions(NetPlan& plan) {
   }
   // The net's outputs (tops no layer reads: the solver sums them, tools print them) are
   // FP32: a 16-bit one gets a Convert, whose top "<name>_FP32" is the output instead.
-  for (size_t i = 0, n = out.layers.size(); i < n; ++i)
-    for (const std::string& t : out.tops[i])
+  for (size_t i = 0, n = out.layers.size(); i < n; ++i) {
+    const std::vector<std::string> tops = out.tops[i];  // convert() appends to out.tops
+    for (const std::string& t : tops)
       if (unread.count(t) && is_half(stored.at(t))) {
         unread.erase(t);
-        convert(t, DType::kF32, out.flat[i].index_path);
+        convert(t, DType::kF32, std::vector<int>(out.flat[i].index_path));
       }
+  }
   plan.flat = std::move(out.flat);
   plan.layers = std::move(out.layers);
   plan.bottoms = std::move(out.bottoms);
@@ -390,14 +402,19 @@ void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamA
 }
 
 // "TRAIN net 'mlp': every layer in TF32", or "...: BF16 in fc1, fc2; FP32 in loss", naming
-// apart the layers asked to run in 16 bits that have no 16-bit path and run in FP32.
+// apart the layers asked to run in 16 bits that run in FP32: those without a 16-bit path,
+// and those in place on an FP32 blob.
 void Net::log_precisions(const NetPlan& plan) const {
   std::map<std::string, std::string> names;
   for (size_t i = 0; i < layers_.size(); ++i) {
     std::string label = is_half(storage_[i]) ? dtype_name(storage_[i]) : math_name(math_[i]);
     const Precision asked = plan.flat[i].param.precision();
-    if (!is_half(storage_[i]) && (asked == BF16 || asked == FP16))
-      label += std::string(" (no ") + Precision_Name(asked) + " path)";
+    if (!is_half(storage_[i]) && (asked == BF16 || asked == FP16) &&
+        plan.flat[i].param.type() != "Convert") {
+      label += layers_[i]->half_support() == Layer::HalfSupport::kNone
+                   ? std::string(" (no ") + Precision_Name(asked) + " path)"
+                   : std::string(" (in place on an FP32 blob)");
+    }
     std::string& list = names[label];
     list += (list.empty() ? "" : ", ") + layers_[i]->name();
   }
@@ -472,6 +489,10 @@ void Net::collect_losses(const NetPlan& plan) {
         LAMINA_REQUIRE(top.count() == 1, "layer '", p.name(), "': loss_weight is set on top '",
                        top.name(), "' of shape ", top.shape_string(),
                        ", but a loss must be a scalar");
+        LAMINA_REQUIRE(!is_half(top.dtype()), "layer '", p.name(), "': loss_weight is set on top '",
+                       top.name(), "', which the layer stores in ", dtype_name(top.dtype()),
+                       "; a loss is FP32: run the layer in FP32, or weight the output of a "
+                       "loss layer");
         loss_blobs_.push_back({io_[i].tops[j], weight});
       }
     } catch (const Error& e) {

@@ -142,14 +142,15 @@ std::unique_ptr<LinearPlan> make_plan(CudaContext& context, cublasLtHandle_t han
 }
 
 // y (rows, n) = act(product + bias) with one rounding, i over the rows * n values of the
-// FP32 product; bias (n) may be null. The ReLU keeps NaN and takes negatives to +0.
+// FP32 product; bias (n) may be null. The ReLU gives what the Native backend's does: +0 for
+// a negative value, NaN for NaN and -inf.
 template <class S>
 __global__ void bias_relu_kernel(int64_t count, int64_t n, const float* product,
                                  const float* bias, bool relu, typename S::Stored* y) {
   LAMINA_GRID_STRIDE_LOOP(i, count) {
     float v = product[i];
     if (bias != nullptr) v += bias[i % n];
-    if (relu && v < 0) v = 0.0f;
+    if (relu && !(v > 0)) v = (v != v || v == -INFINITY) ? NAN : 0.0f;
     y[i] = S::store(v);
   }
 }

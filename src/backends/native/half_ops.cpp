@@ -12,7 +12,7 @@ namespace {
 
 // Staging array `slot` of the calling thread, at least n floats.
 float* staging(int slot, int64_t n) {
-  thread_local std::vector<float> arrays[4];
+  thread_local std::vector<float> arrays[3];
   std::vector<float>& a = arrays[slot];
   if (a.size() < size_t(n)) a.resize(size_t(n));
   return a.data();
