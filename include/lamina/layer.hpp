@@ -85,6 +85,8 @@ class Layer {
     kHalf,     // reads and writes its bottoms, tops and their gradients in 16 bits, and its
                // parameters' 16-bit copies (Tensor::half_copy); parameter gradients stay FP32
     kFollows,  // its tops are views of its bottoms and stored like them (Flatten, Reshape)
+    kConverts,  // takes its bottom in any storage; its top is stored as its precision says
+                // (Convert, which the net inserts between layers that store differently)
   };
   virtual HalfSupport half_support() const { return HalfSupport::kNone; }
 

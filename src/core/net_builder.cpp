@@ -269,10 +269,10 @@ void insert_splits(NetPlan& plan) {
 DType storage_of_layer(const NetPlan& plan, size_t i, DType first_bottom) {
   const Layer& layer = *plan.layers[i];
   const LayerParameter& p = plan.flat[i].param;
-  if (p.type() == "Convert") return storage_of(p.precision());
   switch (layer.half_support()) {
     case Layer::HalfSupport::kNone: return DType::kF32;
     case Layer::HalfSupport::kFollows: return first_bottom;
+    case Layer::HalfSupport::kConverts: return storage_of(p.precision());
     case Layer::HalfSupport::kHalf: break;
   }
   const DType storage = storage_of(p.precision());
@@ -327,7 +327,8 @@ void insert_conversions(NetPlan& plan) {
     try {
       storage = storage_of_layer(plan, i, bottoms.empty() ? DType::kF32 : stored.at(bottoms[0]));
       const Layer::HalfSupport support = plan.layers[i]->half_support();
-      const bool follows = f.param.type() == "Convert" || support == Layer::HalfSupport::kFollows;
+      const bool follows = support == Layer::HalfSupport::kFollows ||
+                           support == Layer::HalfSupport::kConverts;
       const auto& t = plan.tops[i];
       for (const std::string& b : bottoms) {
         if (std::find(t.begin(), t.end(), b) == t.end()) continue;  // not in place on b
@@ -409,8 +410,7 @@ void Net::log_precisions(const NetPlan& plan) const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     std::string label = is_half(storage_[i]) ? dtype_name(storage_[i]) : math_name(math_[i]);
     const Precision asked = plan.flat[i].param.precision();
-    if (!is_half(storage_[i]) && (asked == BF16 || asked == FP16) &&
-        plan.flat[i].param.type() != "Convert") {
+    if (!is_half(storage_[i]) && (asked == BF16 || asked == FP16)) {
       label += layers_[i]->half_support() == Layer::HalfSupport::kNone
                    ? std::string(" (no ") + Precision_Name(asked) + " path)"
                    : std::string(" (in place on an FP32 blob)");

@@ -94,7 +94,7 @@ uint16_t* ParamArena::half_copy(Half format) {
     if (count_ > 0) backend_.zero(sizeof(uint16_t) * count_, half_copy_.get());
   }
   LAMINA_REQUIRE(half_format_ == format, "the weights have a ",
-                 half_format_ == Half::kBF16 ? "BF16" : "FP16", " copy already; every layer of "
+                 dtype_name(dtype_of(half_format_)), " copy already; every layer of "
                  "a net, and of the nets that share its weights, that runs in 16 bits must use "
                  "the same format (BF16 or FP16)");
   return half_copy_.as<uint16_t>();

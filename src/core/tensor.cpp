@@ -194,8 +194,7 @@ void Tensor::reshape(const Shape& shape) {
 
 void Tensor::share_data(const Tensor& other) {
   CHECK_EQ(count_, other.count_) << "sharing data between " << name_ << " and " << other.name_;
-  data_ = other.data_;
-  dtype_ = other.dtype();
+  data_ = other.data_;  // and so its storage type (dtype() reads the memory's)
 }
 
 void Tensor::share_diff(const Tensor& other) {

@@ -13,6 +13,7 @@ class ConvertLayer : public Layer {
  public:
   using Layer::Layer;
   std::vector<std::string> parameter_messages() const override { return {}; }
+  HalfSupport half_support() const override { return HalfSupport::kConverts; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const DType from = bottom[0]->dtype(), to = top[0]->dtype();

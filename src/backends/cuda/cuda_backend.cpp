@@ -109,23 +109,32 @@ void CudaBackend::empty_product(int64_t count, float beta, float* c) {
   }
 }
 
+// C (m, n) = alpha op(A) op(B) + beta C as cublasGemmEx: C^T = op(B)^T op(A)^T column-major.
+void CudaBackend::gemm_ex(cudaDataType_t ab, cudaDataType_t c_type, cublasComputeType_t compute,
+                          Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+                          float alpha, const void* a, const void* b, float beta, void* c) {
+  const int64_t lda = trans_a == Transpose::kNo ? k : m;
+  const int64_t ldb = trans_b == Transpose::kNo ? n : k;
+  LAMINA_CUBLAS_CHECK(cublasGemmEx_64(context_.blas(), blas_op(trans_b), blas_op(trans_a), n, m,
+                                      k, &alpha, b, ab, ldb, a, ab, lda, &beta, c, c_type, n,
+                                      compute, CUBLAS_GEMM_DEFAULT));
+}
+
 // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C
 void CudaBackend::gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const float* a, const float* b, float beta, float* c) {
   on_device();
   if (m == 0 || n == 0) return;
   if (k == 0) return empty_product(m * n, beta, c);
-  const int64_t lda = trans_a == Transpose::kNo ? k : m;
-  const int64_t ldb = trans_b == Transpose::kNo ? n : k;
   if (math() == Math::kFP32) {
+    const int64_t lda = trans_a == Transpose::kNo ? k : m;
+    const int64_t ldb = trans_b == Transpose::kNo ? n : k;
     LAMINA_CUBLAS_CHECK(cublasSgemm_64(context_.blas(), blas_op(trans_b), blas_op(trans_a), n,
                                        m, k, &alpha, b, ldb, a, lda, &beta, c, n));
     return;
   }
-  LAMINA_CUBLAS_CHECK(cublasGemmEx_64(context_.blas(), blas_op(trans_b), blas_op(trans_a), n, m,
-                                      k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta,
-                                      c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F_FAST_TF32,
-                                      CUBLAS_GEMM_DEFAULT));
+  gemm_ex(CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, trans_a, trans_b, m, n, k, alpha,
+          a, b, beta, c);
 }
 
 // y = alpha op(A) x + beta y, A (m, n): y (m), x (n) untransposed; y (n), x (m) transposed.

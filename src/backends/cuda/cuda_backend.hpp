@@ -177,6 +177,10 @@ class CudaBackend final : public Backend {
  private:
   // C (count values) = beta C, the result of a gemm with k == 0 (cuda_backend.cpp).
   void empty_product(int64_t count, float beta, float* c);
+  // gemm through cublasGemmEx, A and B of type ab, C of c_type, k > 0 (cuda_backend.cpp).
+  void gemm_ex(cudaDataType_t ab, cudaDataType_t c_type, cublasComputeType_t compute,
+               Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+               float alpha, const void* a, const void* b, float beta, void* c);
   // Convolution by im2col + cuBLAS (conv_kernels.cu), one image at a time with the column
   // matrix in the context's workspace; no bias (the callers add it). Same conventions as
   // the conv_* operations: y and dx written with =, dweight accumulated with +=.

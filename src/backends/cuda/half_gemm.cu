@@ -4,28 +4,13 @@
 // cublasGemmEx with compute type CUBLAS_COMPUTE_32F: the 16-bit operands are read exactly,
 // products are accumulated in FP32 on tensor cores (whatever math() says: TF32 would change
 // nothing, 16-bit values being exact in TF32), alpha and beta C are applied in FP32, and a
-// 16-bit C is rounded once, to nearest even, from an FP32 C in the workspace. The row-major trick and the empty sum (k == 0)
-// are the float gemm's (cuda_backend.cpp).
+// 16-bit C is rounded once, to nearest even, from an FP32 C in the workspace. The row-major
+// trick (gemm_ex) and the empty sum (k == 0) are the float gemm's (cuda_backend.cpp).
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/half_storage.cuh"
 
 namespace lamina::cuda_detail {
-namespace {
-
-// C (m, n) = alpha op(A) op(B) + beta C, with A and B of type ab and C of type c_type, as
-// C^T = op(B)^T op(A)^T column-major. k > 0.
-void product(cublasHandle_t blas, cudaDataType_t ab, cudaDataType_t c_type, Transpose trans_a,
-             Transpose trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void* a,
-             const void* b, float beta, void* c) {
-  const int64_t lda = trans_a == Transpose::kNo ? k : m;
-  const int64_t ldb = trans_b == Transpose::kNo ? n : k;
-  LAMINA_CUBLAS_CHECK(cublasGemmEx_64(blas, blas_op(trans_b), blas_op(trans_a), n, m, k, &alpha,
-                                      b, ab, ldb, a, ab, lda, &beta, c, c_type, n,
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-}  // namespace
 
 // Tensor cores took FP16 with compute capability 7.0 (Volta) and BF16 with 8.0 (Ampere).
 bool CudaBackend::supports_half(Half format) const {
@@ -38,8 +23,8 @@ void CudaBackend::gemm(Half format, Transpose trans_a, Transpose trans_b, int64_
   on_device();
   if (m == 0 || n == 0) return;
   if (k == 0) return empty_product(m * n, beta, c);
-  product(context_.blas(), half_data_type(format), CUDA_R_32F, trans_a, trans_b, m, n, k, alpha,
-          a, b, beta, c);
+  gemm_ex(half_data_type(format), CUDA_R_32F, CUBLAS_COMPUTE_32F, trans_a, trans_b, m, n, k,
+          alpha, a, b, beta, c);
 }
 
 void CudaBackend::gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,

@@ -141,9 +141,9 @@ std::unique_ptr<LinearPlan> make_plan(CudaContext& context, cublasLtHandle_t han
   return plan;
 }
 
-// y (rows, n) = act(product + bias) with one rounding, i over the rows * n values of the
-// FP32 product; bias (n) may be null. The ReLU gives what the Native backend's does: +0 for
-// a negative value, NaN for NaN and -inf.
+// y (rows, n) = act(product + bias), rounded once when y is 16-bit, i over the rows * n
+// values of the FP32 product (which may be y itself, in FP32); bias (n) may be null. The ReLU
+// gives what the Native backend's does: +0 for a negative value, NaN for NaN and -inf.
 template <class S>
 __global__ void bias_relu_kernel(int64_t count, int64_t n, const float* product,
                                  const float* bias, bool relu, typename S::Stored* y) {
@@ -183,14 +183,17 @@ bool CudaBackend::fused_linear(cudaDataType_t storage, int64_t rows, int64_t n, 
 
 void CudaBackend::linear_forward(int64_t rows, int64_t n, int64_t k, const float* x,
                                  const float* w, const float* bias, bool relu, float* y) {
-  on_device();
+  const cudaStream_t s = on_device();
   if (rows == 0 || n == 0) return;
   if (k > 0 && fused_linear(CUDA_R_32F, rows, n, k, x, w, bias, relu, y)) return;
-  // The product, then the bias and the ReLU apart: for an empty product (k = 0: y =
-  // act(bias)) and shapes cuBLASLt has no algorithm for.
+  // The product, then the bias and the ReLU in one pass over y: for an empty product (k = 0:
+  // y = act(bias)) and shapes cuBLASLt has no algorithm for.
   gemm(Transpose::kNo, Transpose::kYes, rows, n, k, 1.0f, x, w, 0.0f, y);
-  if (bias != nullptr) channel_affine(rows, n, 1, y, nullptr, bias, y);
-  if (relu) activation_forward(Activation::kReLU, rows * n, 0.0f, y, y);
+  if (bias == nullptr && !relu) return;
+  const int64_t count = rows * n;
+  bias_relu_kernel<Fp32Storage><<<elementwise_grid(count), kBlock, 0, s>>>(count, n, y, bias,
+                                                                          relu, y);
+  LAMINA_CUDA_LAUNCHED(bias_relu_kernel);
 }
 
 void CudaBackend::linear_forward(Half format, int64_t rows, int64_t n, int64_t k,
