@@ -29,7 +29,6 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-
 // One named result of a case; exact results (masks, max values) must match bit for bit.
 struct Output {
   std::string name;
@@ -40,22 +39,6 @@ using Outputs = std::vector<Output>;
 
 std::vector<float> as_floats(const std::vector<int32_t>& v) {
   return std::vector<float>(v.begin(), v.end());
-}
-
-// Empty when a and b hold the same bits; otherwise the first difference.
-std::string compare_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) {
-    return "sizes differ: " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
-  }
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      std::ostringstream out;
-      out.precision(9);
-      out << "first difference at [" << i << "]: " << a[i] << " vs " << b[i];
-      return out.str();
-    }
-  }
-  return {};
 }
 
 // Random values rounded to a few levels, so that maxima tie often.

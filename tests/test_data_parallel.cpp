@@ -158,7 +158,8 @@ TEST(DataParallel, BucketsSummedBesideBackwardEqualOneWorkerWithTheBatchOfBoth) 
 }
 
 // A job of one GPU worker over NCCL, on any machine with a GPU: the collective lane (forked
-// from both lanes, joined before the update), direct and captured, leaves the weights of
+// from both lanes; each bucket's update waits for its sum, or with clipping the whole
+// update for all), direct and captured, leaves the weights of
 // training alone bit for bit. (With one worker the sum changes nothing, so this checks the
 // lane's set-up and capture, not its ordering: that needs two workers.)
 TEST(NcclOneWorker, BucketsBesideBackwardTrainAsAlone) {

@@ -39,6 +39,8 @@ class RecordingCommunicator final : public Communicator {
   };
   std::vector<Call> calls;
   int joins = 0;
+  int prepared = 0;               // prepare_beside's sums
+  std::vector<std::string> log;  // "sum", "wait k", "join" in the order asked
   // The arena whose ranges the sums are asked for.
   void watch(const ParamArena& arena) { arena_ = &arena; }
 
@@ -48,7 +50,12 @@ class RecordingCommunicator final : public Communicator {
   void all_reduce_sum_beside(float* data, int64_t count) override {
     record(data, count, true);
   }
-  void join_beside() override { ++joins; }
+  void join_beside() override {
+    ++joins;
+    log.push_back("join");
+  }
+  void prepare_beside(int sums) override { prepared = sums; }
+  void wait_beside(int k) override { log.push_back("wait " + std::to_string(k)); }
   void broadcast(float*, int64_t, int) override {}
   void all_reduce_sum_host(double*, int64_t) override {}
   void broadcast_host(void*, int64_t, int) override {}
@@ -57,6 +64,7 @@ class RecordingCommunicator final : public Communicator {
   void record(float* data, int64_t count, bool beside) {
     if (!arena_) return;  // the solver's start-up
     calls.push_back({data - arena_->diff(), count, beside, arena_->to_host(arena_->diff())});
+    log.push_back("sum");
   }
   bool beside_;
   const ParamArena* arena_ = nullptr;
@@ -175,6 +183,38 @@ TEST(GradientBuckets, ABucketClosesOnceItHoldsBucketBytes) {
   expect_final_gradients_cover_the_arena(*net, comm);
 }
 
+// finish_each: every bucket's turn waits for its own sum only, in the order they were issued,
+// and the whole lane is joined after the last.
+TEST(GradientBuckets, FinishEachWaitsForEachBucketsSumBeforeItsTurn) {
+  auto net = make_net();
+  RecordingCommunicator comm(true);
+  comm.watch(net->arena());
+  GradientBuckets buckets(*net, comm, 1);  // a bucket per parameter
+  ASSERT_EQ(buckets.buckets().size(), 5u);
+  EXPECT_EQ(comm.prepared, 5);
+  net->arena().zero_diff();
+  net->forward();
+  buckets.start();
+  net->backward([&](int layer) { buckets.params_done(layer); });
+  buckets.issue_rest();
+  EXPECT_EQ(comm.calls.size(), 5u);
+  EXPECT_EQ(comm.joins, 0);
+  comm.log.clear();
+  std::vector<int64_t> offsets;
+  buckets.finish_each([&](const GradientBucket& bucket) {
+    comm.log.push_back("turn " + std::to_string(offsets.size()));
+    offsets.push_back(bucket.offset);
+  });
+  EXPECT_EQ(comm.log, (std::vector<std::string>{"wait 0", "turn 0", "wait 1", "turn 1",
+                                                "wait 2", "turn 2", "wait 3", "turn 3",
+                                                "wait 4", "turn 4", "join"}));
+  ASSERT_EQ(offsets.size(), 5u);
+  for (size_t k = 0; k < offsets.size(); ++k) {
+    EXPECT_EQ(offsets[k], buckets.buckets()[k].offset);
+    EXPECT_EQ(offsets[k], comm.calls[k].offset) << "the order the sums were issued in";
+  }
+}
+
 TEST(GradientBuckets, ASmallArenaIsOneAllReduceAfterBackward) {
   auto net = make_net();
   RecordingCommunicator comm(true);
@@ -234,17 +274,25 @@ NetParameter mnist_mlp() {
 
 TEST(GradientBuckets, TheSolverSumsThemOncePerIterationAndTrainsAsAlone) {
   for (int iter_size : {1, 2}) {
-    SCOPED_TRACE("iter_size " + std::to_string(iter_size));
-    RecordingCommunicator comm(true);
-    Solver job(sgd(iter_size), mnist_mlp(), native(), {}, &comm);
-    comm.watch(job.net().arena());
-    job.step(20);
-    EXPECT_EQ(comm.calls.size(), 4u * 20) << "fc2 bias, fc2 weight, fc1 bias, fc1 weight";
-    EXPECT_EQ(comm.joins, 20);
-    Solver alone(sgd(iter_size), mnist_mlp(), native());
-    alone.step(20);
-    EXPECT_EQ(job.net().arena().to_host(job.net().arena().data()),
-              alone.net().arena().to_host(alone.net().arena().data()));
+    for (float clip : {0.0f, 0.5f}) {
+      SCOPED_TRACE("iter_size " + std::to_string(iter_size) + ", clip_gradients " +
+                   std::to_string(clip));
+      SolverParameter p = sgd(iter_size);
+      p.set_clip_gradients(clip);
+      RecordingCommunicator comm(true);
+      Solver job(p, mnist_mlp(), native(), {}, &comm);
+      comm.watch(job.net().arena());
+      job.step(20);
+      EXPECT_EQ(comm.calls.size(), 4u * 20) << "fc2 bias, fc2 weight, fc1 bias, fc1 weight";
+      EXPECT_EQ(comm.joins, 20);
+      // Each bucket's part of the update waits for that bucket's sum; clipping's norm needs
+      // every sum before any update.
+      EXPECT_EQ(std::count(comm.log.begin(), comm.log.end(), "wait 3"), clip > 0 ? 0 : 20);
+      Solver alone(p, mnist_mlp(), native());
+      alone.step(20);
+      EXPECT_EQ(job.net().arena().to_host(job.net().arena().data()),
+                alone.net().arena().to_host(alone.net().arena().data()));
+    }
   }
 }
 

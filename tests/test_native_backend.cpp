@@ -1101,6 +1101,15 @@ TEST_F(NativeBackendTest, UpdateOfALargeSegment) {
   EXPECT_MATCH(h, to_float(h_ref), 1e-5);
 }
 
+// The rule with momentum (or beta1) 0.9 and weight decay 0.01.
+UpdateArgs momentum_and_decay(UpdateRule rule) {
+  UpdateArgs args;
+  args.rule = rule;
+  args.momentum = 0.9f;
+  args.weight_decay = 0.01f;
+  return args;
+}
+
 // 320 parameters of varied sizes (under one block, several blocks, empty; gaps of padding
 // blocks), with the arena large enough that the pool's ranges split segments and padding:
 // every element of every segment moves as the formulas say, with its segment's multipliers,
@@ -1112,10 +1121,7 @@ TEST_F(NativeBackendTest, UpdateOfManySegmentsInOnePass) {
   const HostLayout layout(segments, n);
   for (UpdateRule rule : {UpdateRule::kSGD, UpdateRule::kAdam}) {
     SCOPED_TRACE(rule_name(rule));
-    UpdateArgs args;
-    args.rule = rule;
-    args.momentum = 0.9f;
-    args.weight_decay = 0.01f;
+    const UpdateArgs args = momentum_and_decay(rule);
     testing::TestStep t;
     t.lr = 0.05f;
     t.step = 3;
@@ -1138,6 +1144,40 @@ TEST_F(NativeBackendTest, UpdateOfManySegmentsInOnePass) {
       ASSERT_EQ(h[i], h0[i]) << "padding history " << i << " changed";
       ASSERT_EQ(h2[i], h20[i]) << "padding history2 " << i << " changed";
     }
+  }
+}
+
+// The arena updated in parts (a data-parallel job updates each gradient bucket's part once
+// its sum is done; a part may also start inside a parameter) gives the same bits as one
+// update of the whole arena, for every rule.
+TEST_F(NativeBackendTest, UpdateInPartsEqualsOneUpdateOfTheArena) {
+  const std::vector<ParamSegment> segments = testing::varied_segments(60, 150, 4000, 51);
+  const int64_t n = testing::arena_size(segments);
+  const HostLayout layout(segments, n);
+  const int64_t cuts[] = {0, segments[9].offset, segments[30].offset + kArenaBlock, n};
+  for (UpdateRule rule : {UpdateRule::kSGD, UpdateRule::kNesterov, UpdateRule::kAdam,
+                          UpdateRule::kAdamW, UpdateRule::kRMSProp, UpdateRule::kAdaGrad}) {
+    SCOPED_TRACE(rule_name(rule));
+    const UpdateArgs args = momentum_and_decay(rule);
+    testing::TestStep t;
+    t.lr = 0.05f;
+    t.step = 3;
+    const StepState state = testing::step_state(args, t);
+    const auto g = random_values(n, 52);
+    auto w = random_values(n, 53), h = random_values(n, 54, 0.01f, 0.5f),
+         h2 = random_values(n, 55, 0.01f, 0.5f);
+    auto w_parts = w, h_parts = h, h2_parts = h2;
+    backend_.update(args, &state, layout.layout, w.data(), g.data(), h.data(), h2.data());
+    for (int k = 2; k >= 0; --k) {  // the last part first, as the buckets come
+      UpdateLayout part = layout.layout;
+      part.first = cuts[k];
+      part.n = cuts[k + 1] - cuts[k];
+      backend_.update(args, &state, part, w_parts.data(), g.data(), h_parts.data(),
+                      h2_parts.data());
+    }
+    EXPECT_EQ(testing::compare_bits(w_parts, w), "") << "weights";
+    EXPECT_EQ(testing::compare_bits(h_parts, h), "") << "history";
+    EXPECT_EQ(testing::compare_bits(h2_parts, h2), "") << "history2";
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -100,6 +101,22 @@ inline double normalized_error(const std::vector<float>& a, const std::vector<fl
     den += double(b[i]) * b[i];
   }
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+// Empty when a and b hold the same bits; otherwise the first difference.
+inline std::string compare_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) {
+    return "sizes differ: " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      std::ostringstream out;
+      out.precision(9);
+      out << "first difference at [" << i << "]: " << a[i] << " vs " << b[i];
+      return out.str();
+    }
+  }
+  return {};
 }
 
 // Empty when a and b agree to rel_tol (normalised); otherwise the first differing values.

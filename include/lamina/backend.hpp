@@ -62,13 +62,18 @@ struct ParamSegment {
 
 constexpr int64_t kArenaBlock = 64;  // floats; every parameter starts on a block boundary
 
-// The parameter arena as the fused update reads it; all pointers in backend memory.
+// The parameter arena as the fused update reads it; all pointers in backend memory. The
+// update covers elements [first, first + n) of the arena: all of it (ParamArena::layout) or
+// a part (ParamArena::layout_part); the arrays passed with the layout point at the arena's
+// start either way.
 struct UpdateLayout {
-  int64_t n = 0;                            // floats in the arena, a multiple of kArenaBlock
+  int64_t n = 0;                            // floats updated, a multiple of kArenaBlock
   const ParamSegment* segments = nullptr;   // num_segments entries
   int num_segments = 0;
-  const int32_t* block_segment = nullptr;   // n / kArenaBlock entries: the segment whose
-                                            // elements block b holds, -1 for padding only
+  const int32_t* block_segment = nullptr;   // an entry per kArenaBlock floats of the arena:
+                                            // the segment whose elements block b holds, -1
+                                            // for padding only
+  int64_t first = 0;                        // a multiple of kArenaBlock
 };
 
 // The block table of segments laid out on kArenaBlock boundaries in an arena of n floats

@@ -42,11 +42,21 @@ class Communicator {
   // Whether all_reduce_sum_beside runs beside the backend's later operations (NCCL: on a
   // stream of its own). When not, the solver sums the whole arena once, after backward.
   virtual bool reduces_beside() const { return false; }
+  // A backward pass with sums beside it begins: the backend's later operations leave the
+  // sums what they need to run beside them (NCCL: SMs, CudaContext::leave_sms) until
+  // join_beside().
+  virtual void start_beside() {}
   // Sums `count` floats of backend memory in place, after every operation issued so far on
   // the backend (both lanes) and beside those issued after it; nothing waits for the host.
   virtual void all_reduce_sum_beside(float* data, int64_t count) { all_reduce_sum(data, count); }
   // Every operation issued on the backend after this waits for the sums issued beside.
   virtual void join_beside() {}
+  // The sums of one pass one by one, so that the update of a bucket's parameters can start
+  // once its sum is done: prepare_beside(sums) at set-up, for up to `sums` per pass;
+  // wait_beside(k) makes every operation issued on the backend after it wait for the k-th
+  // sum issued beside since start_beside() (from 0). Without sums beside, nothing to wait.
+  virtual void prepare_beside(int /*sums*/) {}
+  virtual void wait_beside(int /*k*/) {}
 
   // ---- in host memory (start-up, test results, display points; may wait) ----
   virtual void all_reduce_sum_host(double* data, int64_t count) = 0;

@@ -12,13 +12,15 @@
 // every worker issues the same all-reduces in the same order.
 //
 // With a communicator that reduces beside the backend (NCCL) the buckets run on a stream of
-// their own while backward goes on, and finish() makes the update wait for them (in stream
-// order: no host wait, and a captured step holds them). Otherwise (MPI, whose all-reduce
+// their own while backward goes on, and finish() makes the update wait for them, or
+// finish_each() lets each bucket's part of the update wait for that bucket's sum only (in
+// stream order: no host wait, and a captured step holds them). Otherwise (MPI, whose all-reduce
 // waits) there is one bucket over the whole arena, summed in finish(). An arena of at most
 // bucket_bytes is one bucket either way.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,9 +44,18 @@ class GradientBuckets {
   // it, params_done(i) once layer i has issued its parameter gradients (Net::backward's
   // callback: every layer, in the order backward runs them), finish() after it. finish()
   // issues the buckets not yet issued and makes later backend operations wait for all.
-  void start() { next_ = 0; }
+  void start();
   void params_done(int layer);
   void finish();
+  // Or, instead of finish(): issue_rest() issues the buckets not yet issued, and then
+  // finish_each(summed) calls summed(bucket) for each bucket in the order they were issued,
+  // with the backend operations it issues waiting for that bucket's sum only (and the
+  // operations before it), then makes later operations wait for all. The solver updates
+  // each bucket's parameters so, the big buckets' while the last one's sum runs.
+  void issue_rest();
+  void finish_each(const std::function<void(const GradientBucket&)>& summed);
+  // Whether the buckets are summed beside the backward pass.
+  bool beside() const { return !buckets_.empty() && buckets_.front().first_layer >= 0; }
 
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   // "2 all-reduces per iteration (67.3 and 12.9 MB) beside the backward pass", for the log.

@@ -76,6 +76,9 @@ class ParamArena {
   // The arena as the fused update reads it: the segment table (offset, count, lr_mult,
   // decay_mult per parameter) and the block table, in backend memory.
   const UpdateLayout& layout() const { return layout_; }
+  // The same for count floats from element first, both on kArenaBlock boundaries (a
+  // gradient bucket): an update of that part of the arena only.
+  UpdateLayout layout_part(int64_t first, int64_t count) const;
 
   // Whole-array copies between an array of this arena (data(), diff(), state(k)) and the
   // host: snapshots, diagnosis and tests. to_host waits for the device.

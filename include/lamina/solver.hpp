@@ -202,8 +202,12 @@ class Solver {
   // data-parallel job the gradient buckets start summing as their layers finish.
   void last_backward();
   // Completes the gradient arena's sum over the workers (the update's scale divides by
-  // them): the buckets not yet issued, and later operations wait for all.
+  // them): the buckets not yet issued, and later operations wait for all; or, when
+  // update_by_bucket_, apply_update waits for each bucket's sum before updating its part.
   void sum_gradients();
+  // Makes the operations issued from now on wait for the whole gradient sum (a no-op after
+  // sum_gradients, unless update_by_bucket_).
+  void join_gradient_sums();
   // ring_host_ (and take_mean_loss's sum): the mean over the workers.
   void average_over_workers(float* values, int count);
   // The action every worker takes now: the strongest any of them was asked for since the
@@ -221,6 +225,9 @@ class Solver {
   Backend& backend_;
   Communicator* comm_ = nullptr;  // null: training alone
   std::unique_ptr<GradientBuckets> buckets_;  // with comm_: the gradient all-reduce's plan
+  // The update runs bucket by bucket, each part once its sum is done (sums beside backward
+  // and no clipping, whose norm needs every gradient before any update).
+  bool update_by_bucket_ = false;
   SolverAction pending_action_ = SolverAction::kNone;  // asked for, not yet agreed on
   UpdateArgs args_;
   StepSchedule schedule_;  // advances step_state_ each iteration

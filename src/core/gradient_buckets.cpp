@@ -42,6 +42,7 @@ GradientBuckets::GradientBuckets(Net& net, Communicator& comm, double bucket_byt
       open = GradientBucket{0, 0, net.num_layers(), 0};
     }
   }
+  comm.prepare_beside(int(buckets_.size()));
 }
 
 void GradientBuckets::issue(const GradientBucket& bucket) {
@@ -52,13 +53,31 @@ void GradientBuckets::issue(const GradientBucket& bucket) {
     comm_.all_reduce_sum_beside(diff, bucket.count);
 }
 
+void GradientBuckets::start() {
+  next_ = 0;
+  if (beside()) comm_.start_beside();
+}
+
 void GradientBuckets::params_done(int layer) {
   while (next_ < buckets_.size() && buckets_[next_].first_layer >= layer)
     issue(buckets_[next_++]);
 }
 
 void GradientBuckets::finish() {
+  issue_rest();
+  comm_.join_beside();
+}
+
+void GradientBuckets::issue_rest() {
   while (next_ < buckets_.size()) issue(buckets_[next_++]);
+}
+
+void GradientBuckets::finish_each(const std::function<void(const GradientBucket&)>& summed) {
+  issue_rest();
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    if (beside()) comm_.wait_beside(int(k));
+    summed(buckets_[k]);
+  }
   comm_.join_beside();
 }
 

@@ -57,6 +57,17 @@ ParamArena::ParamArena(Backend& backend, std::vector<ParamInfo> table)
                          reinterpret_cast<const int32_t*>(seg_table + segments.size())};
 }
 
+UpdateLayout ParamArena::layout_part(int64_t first, int64_t count) const {
+  CHECK(first >= 0 && count >= 0 && first + count <= count_ && first % kArenaBlock == 0 &&
+        count % kArenaBlock == 0)
+      << "[" << first << ", +" << count << ") is not a part of the arena of " << count_
+      << " floats on " << kArenaBlock << "-float boundaries";
+  UpdateLayout part = layout_;
+  part.first = first;
+  part.n = count;
+  return part;
+}
+
 const ParamInfo* ParamArena::find(const std::string& name) const {
   for (const ParamInfo& info : table_)
     if (info.name == name) return &info;

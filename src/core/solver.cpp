@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "lamina/communicator.hpp"
+#include "lamina/gradient_buckets.hpp"
 #include "lamina/io.hpp"
 #include "lamina/lr_policy.hpp"
 #include "lamina/precision.hpp"
@@ -214,6 +215,7 @@ void Solver::step(int iters) {
     Net::LayerStates states_before;
     if (check) states_before = net_->layer_states();  // to replay this batch in a diagnosis
     forward_backward_advance();
+    if (display) join_gradient_sums();  // the dot below reads the gradients
     if (display && n > 0) {
       // weights . gradients is NaN or infinite when any weight or gradient is (x * NaN,
       // inf * 0, inf * x all are); it can also overflow, which check_finite tells apart.
@@ -341,10 +343,17 @@ void Solver::advance_step_state() {
 
 void Solver::apply_update() {
   ParamArena& arena = net_->arena();
-  const int64_t n = arena.count();
-  if (n == 0) return;
-  backend_.update(args_, step_state_.as<StepState>(), arena.layout(), arena.data(), arena.diff(), arena.state(0),
-                  arena.num_state() > 1 ? arena.state(1) : nullptr);
+  if (arena.count() == 0) return;
+  const auto update = [&](const UpdateLayout& layout) {
+    backend_.update(args_, step_state_.as<StepState>(), layout, arena.data(), arena.diff(),
+                    arena.state(0), arena.num_state() > 1 ? arena.state(1) : nullptr);
+  };
+  if (!update_by_bucket_) return update(arena.layout());
+  // Each bucket's part as soon as its sum is done: the first buckets' while the last ones'
+  // sums still run (gradient_buckets.hpp).
+  buckets_->finish_each([&](const GradientBucket& bucket) {
+    update(arena.layout_part(bucket.offset, bucket.count));
+  });
 }
 
 void Solver::run_test_passes() {

@@ -59,6 +59,7 @@ void Solver::join_workers() {
   broadcast_weights();
   buckets_ = std::make_unique<GradientBuckets>(*net_, *comm_,
                                                double(param_.gradient_bucket_mb()) * 1e6);
+  update_by_bucket_ = buckets_->beside() && param_.clip_gradients() <= 0;
   const int64_t batch = pass_batch(*net_);
   LOG(INFO) << "Data-parallel training: " << n << (n == 1 ? " worker (" : " workers (")
             << comm_->description() << "), batch " << batch << " per worker, global batch "
@@ -101,7 +102,15 @@ void Solver::last_backward() {
 }
 
 void Solver::sum_gradients() {
-  if (buckets_) buckets_->finish();
+  if (!buckets_) return;
+  if (update_by_bucket_)
+    buckets_->issue_rest();
+  else
+    buckets_->finish();
+}
+
+void Solver::join_gradient_sums() {
+  if (update_by_bucket_) comm_->join_beside();
 }
 
 void Solver::average_over_workers(float* values, int count) {

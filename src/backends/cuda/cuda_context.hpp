@@ -90,9 +90,19 @@ class CudaContext {
   // for everything issued so far on both lanes and returns it; join_collective_lane makes
   // later main-stream work wait for everything issued on it. synchronize and copy_to_host
   // join it too.
+  //
   cudaStream_t fork_collective_lane();
   void join_collective_lane();
   cudaStream_t collective_stream() const { return collective_; }
+  // A collective's kernels need SMs of their own to run beside the backward pass: a GEMM
+  // issued before them takes every SM for its wave of tiles, and they would wait for it.
+  // leave_sms(sms) makes both lanes' cuBLAS calls target all SMs but sms
+  // (cublasSetSmCountTarget) until the next join_collective_lane; a captured step keeps
+  // the launches as made. cuBLASLt and cuDNN calls (forward products, convolutions) are not
+  // limited. collective_sms() is what the collectives get: an eighth of the SMs (16 of an
+  // H200's 132), the CTAs NCCL is given.
+  void leave_sms(int sms);
+  int collective_sms() const { return properties_.multiProcessorCount / 8; }
 
   // At least bytes of the lane's device scratch memory, valid until the next call on the
   // lane. Operations on a stream use it one after another, so one buffer serves them all; it
@@ -176,6 +186,7 @@ class CudaContext {
   bool side_pending_ = false;   // the side stream has work the main stream has not waited for
   cudaStream_t collective_ = nullptr;  // the collective lane
   bool collective_pending_ = false;  // collective_ has work the main stream has not waited for
+  int blas_sms_ = 0;                 // the lanes' cuBLAS SM target (0: every SM)
   bool capturing_ = false;
   std::array<StagingSlot, kStagingSlots> staging_{};
   int next_slot_ = 0;

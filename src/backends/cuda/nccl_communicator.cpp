@@ -1,12 +1,16 @@
 // The NCCL communicator (CUDA builds with LAMINA_USE_NCCL): GPU workers, one per process,
 // summing device memory in stream order: on the main stream, or (the gradient buckets
 // beside the backward pass) on the context's collective lane, forked from and joined to
-// the main stream by events. Nothing waits for the host and a captured step holds the
-// all-reduces as graph nodes. Host collectives (start-up, tests, display points) stage
-// through a small device buffer and wait for it.
+// the main stream by events (the whole lane, or one sum: an event recorded after each).
+// While sums run beside, the GEMMs leave NCCL's CTAs their SMs (CudaContext::leave_sms).
+// Nothing waits for the host and a captured step holds the all-reduces as graph nodes.
+// Host collectives (start-up, tests, display points) stage through a small device buffer
+// and wait for it.
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_context.hpp"
@@ -34,9 +38,16 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId unique;
     static_assert(sizeof(unique) == sizeof(NcclId), "ncclUniqueId is 128 bytes");
     std::memcpy(&unique, id.data(), sizeof(unique));
-    check(ncclCommInitRank(&comm_, size, unique, rank), "communicator set-up");
+    // NCCL's kernels take collective_sms() CTAs, which the backward pass's GEMMs leave
+    // free (start_beside).
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.maxCTAs = context_.collective_sms();
+    check(ncclCommInitRankConfig(&comm_, size, unique, rank, &config), "communicator set-up");
   }
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  ~NcclCommunicator() override {
+    for (cudaEvent_t event : sum_done_) cudaEventDestroy(event);
+    ncclCommDestroy(comm_);
+  }
 
   std::string description() const override {
     return "NCCL, " + std::to_string(size()) + " worker" + (size() == 1 ? "" : "s");
@@ -50,11 +61,33 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum_beside(float* data, int64_t count) override {
     context_.require_main_lane("an all-reduce beside the backward pass");
     context_.make_current();
-    check(ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_,
-                        context_.fork_collective_lane()),
+    const cudaStream_t lane = context_.fork_collective_lane();
+    check(ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_, lane),
           "all-reduce");
+    if (issued_ < int(sum_done_.size()))
+      LAMINA_CUDA_CHECK(cudaEventRecord(sum_done_[issued_], lane));
+    ++issued_;
+  }
+  void start_beside() override {
+    issued_ = 0;
+    if (size() > 1) context_.leave_sms(context_.collective_sms());  // one worker sums nothing
   }
   void join_beside() override { context_.join_collective_lane(); }
+  void prepare_beside(int sums) override {
+    context_.make_current();
+    while (int(sum_done_.size()) < sums) {
+      cudaEvent_t event = nullptr;
+      LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+      sum_done_.push_back(event);
+    }
+  }
+  void wait_beside(int k) override {
+    LAMINA_REQUIRE(k >= 0 && k < std::min(issued_, int(sum_done_.size())), "wait_beside(", k,
+                   "): ", issued_, " sums were issued beside and ", sum_done_.size(),
+                   " prepared (prepare_beside)");
+    context_.require_main_lane("waiting for a sum beside the backward pass");
+    LAMINA_CUDA_CHECK(cudaStreamWaitEvent(context_.stream(), sum_done_[k], 0));
+  }
   void broadcast(float* data, int64_t count, int root) override {
     context_.make_current();
     check(ncclBroadcast(data, data, size_t(count), ncclFloat, root, comm_, context_.stream()),
@@ -95,6 +128,8 @@ class NcclCommunicator final : public Communicator {
 
   CudaContext& context_;
   ncclComm_t comm_ = nullptr;
+  std::vector<cudaEvent_t> sum_done_;  // recorded after each sum beside (prepare_beside)
+  int issued_ = 0;                     // sums issued beside since start_beside()
 };
 
 }  // namespace

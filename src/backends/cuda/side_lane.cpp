@@ -56,9 +56,17 @@ cudaStream_t CudaContext::fork_collective_lane() {
 }
 
 void CudaContext::join_collective_lane() {
+  leave_sms(0);
   if (!collective_pending_) return;
   collective_pending_ = false;
   order_after(lanes_[0].stream, collective_, collective_done_);
+}
+
+void CudaContext::leave_sms(int sms) {
+  const int target = sms > 0 ? properties_.multiProcessorCount - sms : 0;  // 0: all
+  if (target == blas_sms_) return;
+  for (Lane& lane : lanes_) LAMINA_CUBLAS_CHECK(cublasSetSmCountTarget(lane.blas, target));
+  blas_sms_ = target;
 }
 
 void CudaBackend::open_side_lane() { context_.open_side_lane(); }

@@ -1,6 +1,7 @@
-// The fused solver update: one launch per call, one pass over the whole parameter arena.
+// The fused solver update: one launch per call, one pass over the parameter arena (or the
+// part of it the layout names: elements layout.first to layout.first + layout.n).
 //
-// weights, grads, history, history2 (layout.n) are the arenas; the layout's segment and block
+// weights, grads, history, history2 are the arenas; the layout's segment and block
 // tables and the step state (lr, Adam's bias correction, the gradient scale) live in device
 // memory and are read by the kernel, so its arguments are the same every iteration and a
 // step uploads nothing; the rule's constants (momentum, ...) travel as kernel arguments.
@@ -98,14 +99,15 @@ __device__ __forceinline__ void store(float* p, int64_t v, const float (&in)[kWi
 // flight (Adam at 33 registers ran at 75% occupancy, 14% slower).
 template <UpdateRule kRule, int kWidth>
 __global__ void __launch_bounds__(kBlock, 2048 / kBlock)
-    update_kernel(UpdateConstants a, const StepState* __restrict__ step, int64_t n,
-                  const ParamSegment* __restrict__ segments,
+    update_kernel(UpdateConstants a, const StepState* __restrict__ step, int64_t begin,
+                  int64_t n, const ParamSegment* __restrict__ segments,
                   const int32_t* __restrict__ block_segment, float* w, const float* g, float* h,
                   float* h2) {
   constexpr bool kTwoMoments = kRule == UpdateRule::kAdam || kRule == UpdateRule::kAdamW;
   const float step_lr = step->lr, grad_scale = step->grad_scale, correction = step->correction;
-  LAMINA_GRID_STRIDE_LOOP(v, n / kWidth) {
-    const int64_t first = v * kWidth;
+  LAMINA_GRID_STRIDE_LOOP(i, n / kWidth) {
+    const int64_t first = begin + i * kWidth;  // in the arena
+    const int64_t v = first / kWidth;          // begin is a multiple of kArenaBlock
     const int32_t s = block_segment[first / kArenaBlock];
     if (s < 0) continue;  // a block of padding only
     const ParamSegment seg = segments[s];
@@ -141,13 +143,15 @@ void launch_update(cudaStream_t stream, const UpdateConstants& constants, const 
   if constexpr (kRule == UpdateRule::kSGD || kRule == UpdateRule::kNesterov) {
     if (layout.n % 4 == 0 && aligned16(w) && aligned16(g) && aligned16(h)) {
       update_kernel<kRule, 4><<<elementwise_grid(layout.n / 4), kBlock, 0, stream>>>(
-          constants, step, layout.n, layout.segments, layout.block_segment, w, g, h, h2);
+          constants, step, layout.first, layout.n, layout.segments, layout.block_segment, w, g,
+          h, h2);
       LAMINA_CUDA_LAUNCHED(update_kernel);
       return;
     }
   }
   update_kernel<kRule, 1><<<elementwise_grid(layout.n), kBlock, 0, stream>>>(
-      constants, step, layout.n, layout.segments, layout.block_segment, w, g, h, h2);
+      constants, step, layout.first, layout.n, layout.segments, layout.block_segment, w, g,
+      h, h2);
   LAMINA_CUDA_LAUNCHED(update_kernel);
 }
 

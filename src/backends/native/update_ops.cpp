@@ -1,7 +1,7 @@
-// NativeBackend::update: the fused update rules in one pass over the arena, split into equal
-// ranges over the thread pool; the block table (backend.hpp's UpdateLayout) says which
-// parameter's lr_mult and decay_mult each 64-float block takes. The arithmetic is backend.hpp's,
-// in the CUDA kernel's order. Built with -fno-math-errno so that sqrtf vectorises.
+// NativeBackend::update: the fused update rules in one pass over the arena (or the part of it
+// the layout names), split into equal ranges over the thread pool; the block table
+// (backend.hpp's UpdateLayout) says which parameter's lr_mult and decay_mult each 64-float
+// block takes. The arithmetic is backend.hpp's, in the CUDA kernel's order. Built with -fno-math-errno so that sqrtf vectorises.
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -98,19 +98,21 @@ template <UpdateRule kRule>
 void update_arena(const UpdateScalars& a, const UpdateLayout& layout, float* w, const float* g,
                   float* h, float* h2) {
   parallel_ranges(layout.n, [&](int64_t begin, int64_t end) {
-    update_range<kRule>(a, layout, begin, end, w, g, h, h2);
+    update_range<kRule>(a, layout, layout.first + begin, layout.first + end, w, g, h, h2);
   });
 }
 
 }  // namespace
 
-// weights, grads, history, history2 (layout.n); step and the layout's tables in host memory.
+// weights, grads, history, history2: the arena's arrays, of which the elements layout.first
+// to layout.first + layout.n change; step and the layout's tables in host memory.
 void NativeBackend::update(const UpdateArgs& args, const StepState* step,
                            const UpdateLayout& layout, float* weights, const float* grads,
                            float* history, float* history2) {
   const bool adam = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW;
   CHECK(!adam || history2 != nullptr) << "Adam/AdamW need history2";
-  CHECK(layout.n % kArenaBlock == 0) << "an arena of " << layout.n << " floats";
+  CHECK(layout.n % kArenaBlock == 0 && layout.first % kArenaBlock == 0)
+      << "an update of " << layout.n << " floats from " << layout.first;
   const UpdateScalars a{step->lr,         args.momentum,    args.momentum2,
                         args.delta,       args.weight_decay, step->grad_scale,
                         step->correction, args.regularization};
