@@ -23,12 +23,18 @@ for t in "$bin"/test_* "$bin"/custom_layer_test; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
   "$t" > "$out/$name.log" 2>&1
+  rc=$?
   # A binary that launches itself as several workers (test_data_parallel on 2 GPUs) prints
   # one summary per worker: the counts are their sums.
   pass=$(grep -oP '^\[  PASSED  \] \K[0-9]+' "$out/$name.log" | awk '{s += $1} END {print s + 0}')
   skip=$(grep -oP '^\[  SKIPPED \] \K[0-9]+' "$out/$name.log" | awk '{s += $1} END {print s + 0}')
   fail=$(grep -oP '^\[  FAILED  \] \K[0-9]+(?= test)' "$out/$name.log" |
          awk '{s += $1} END {print s + 0}')
+  # A binary that crashed before its summary (or a worker that did) counts as one failure.
+  if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then
+    fail=1
+    echo "$name exited with status $rc"
+  fi
   printf '%-22s passed %4s  failed %3s  skipped %3s\n' "$name" "$pass" "$fail" "$skip"
   grep -E '^\[  FAILED  \] [A-Za-z]' "$out/$name.log" | sort -u | head -20
   total_pass=$((total_pass + pass)) total_fail=$((total_fail + fail)) total_skip=$((total_skip + skip))

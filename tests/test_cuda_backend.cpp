@@ -638,8 +638,8 @@ TEST_F(CudaBackendTest, AdvanceStepMatchesNative) {
 
 // 320 parameters of varied sizes in a 1.3M-float arena, in one pass, and in three parts the
 // last first (as a data-parallel job updates its gradient buckets), one starting inside a
-// parameter: the same weights and histories as Native's one pass, and no padding element
-// changes.
+// parameter: the same weights and histories as Native's one pass, no padding element
+// changes, and the parts give the one pass's bits.
 TEST_F(CudaBackendTest, UpdateOfManySegments) {
   const std::vector<ParamSegment> segments = varied_segments(320, 1500, 40000, 91);
   const int64_t n = arena_size(segments);
@@ -648,6 +648,7 @@ TEST_F(CudaBackendTest, UpdateOfManySegments) {
   const std::vector<int64_t> parts = {0, segments[90].offset, segments[200].offset + kArenaBlock,
                                       n};
   for (UpdateRule rule : {UpdateRule::kSGD, UpdateRule::kAdam}) {
+    std::vector<float> one_pass;  // CUDA's weights after whole-arena updates
     for (const std::vector<int64_t>& cuts : {whole, parts}) {
       SCOPED_TRACE(std::string(rule_name(rule)) + ", parts " + std::to_string(cuts.size() - 1));
       std::vector<float> cuda_weights;
@@ -687,6 +688,10 @@ TEST_F(CudaBackendTest, UpdateOfManySegments) {
         }
       }
       EXPECT_GT(checked, 0);
+      if (cuts.size() == 2)
+        one_pass = cuda_weights;
+      else
+        EXPECT_EQ(compare_bits(cuda_weights, one_pass), "");
     }
   }
 }

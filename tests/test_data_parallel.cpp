@@ -117,10 +117,12 @@ struct BucketCase {
   float clip;
   int iter_size;
   bool graph;
+  int display = 0;  // display steps run directly, between replays, and read the gradients
 };
 const BucketCase kBucketCases[] = {
     {"side lane, CUDA graph", 0, 1, true}, {"side lane, direct", 0, 1, false},
-    {"clipping, CUDA graph", 0.5f, 1, true}, {"iter_size 2, CUDA graph", 0, 2, true}};
+    {"clipping, CUDA graph", 0.5f, 1, true}, {"iter_size 2, CUDA graph", 0, 2, true},
+    {"side lane, CUDA graph, display every 7", 0, 1, true, 7}};
 
 SolverParameter bucket_solver(const BucketCase& c, int max_iter) {
   SolverParameter p = sgd(max_iter);
@@ -128,6 +130,7 @@ SolverParameter bucket_solver(const BucketCase& c, int max_iter) {
   p.set_clip_gradients(c.clip);
   p.set_iter_size(c.iter_size);
   p.set_cuda_graph(c.graph);
+  p.set_display(c.display);
   return p;
 }
 
@@ -158,8 +161,7 @@ TEST(DataParallel, BucketsSummedBesideBackwardEqualOneWorkerWithTheBatchOfBoth) 
 }
 
 // A job of one GPU worker over NCCL, on any machine with a GPU: the collective lane (forked
-// from both lanes; each bucket's update waits for its sum, or with clipping the whole
-// update for all), direct and captured, leaves the weights of
+// from both lanes, an event after each sum), direct and captured, leaves the weights of
 // training alone bit for bit. (With one worker the sum changes nothing, so this checks the
 // lane's set-up and capture, not its ordering: that needs two workers.)
 TEST(NcclOneWorker, BucketsBesideBackwardTrainAsAlone) {

@@ -1151,10 +1151,11 @@ TEST_F(NativeBackendTest, UpdateOfManySegmentsInOnePass) {
 // its sum is done; a part may also start inside a parameter) gives the same bits as one
 // update of the whole arena, for every rule.
 TEST_F(NativeBackendTest, UpdateInPartsEqualsOneUpdateOfTheArena) {
-  const std::vector<ParamSegment> segments = testing::varied_segments(60, 150, 4000, 51);
+  const std::vector<ParamSegment> segments = testing::varied_segments(320, 150, 4000, 51);
   const int64_t n = testing::arena_size(segments);
   const HostLayout layout(segments, n);
-  const int64_t cuts[] = {0, segments[9].offset, segments[30].offset + kArenaBlock, n};
+  const int64_t cuts[] = {0, segments[40].offset, segments[250].offset + kArenaBlock, n};
+  ASSERT_GT(cuts[2] - cuts[1], int64_t{1} << 16) << "a part the thread pool splits";
   for (UpdateRule rule : {UpdateRule::kSGD, UpdateRule::kNesterov, UpdateRule::kAdam,
                           UpdateRule::kAdamW, UpdateRule::kRMSProp, UpdateRule::kAdaGrad}) {
     SCOPED_TRACE(rule_name(rule));

@@ -365,9 +365,10 @@ class Backend {
 
   // ---- solver ----
   // One fused pass over the parameter arena: regularisation, lr_mult/decay_mult per segment,
-  // the rule's history update and the weight step. weights, grads, history and history2 each
-  // hold the arena's layout.n floats; each element finds its segment through the block table
-  // (layout.block_segment[i / kArenaBlock]), so the pass costs the same however many
+  // the rule's history update and the weight step. weights, grads, history and history2 are
+  // the arena's arrays; the elements layout.first to layout.first + layout.n change (all of
+  // them, or a gradient bucket's part). Each element finds its segment through the block
+  // table (layout.block_segment[i / kArenaBlock]), so the pass costs the same however many
   // parameters there are. Elements outside every segment (padding) are left untouched.
   // step (backend memory) holds lr, grad_scale and Adam's bias correction c =
   // sqrt(1 - b2^t) / (1 - b1^t) for this update (advance_step wrote them). Per element, with

@@ -43,8 +43,8 @@ class Communicator {
   // stream of its own). When not, the solver sums the whole arena once, after backward.
   virtual bool reduces_beside() const { return false; }
   // A backward pass with sums beside it begins: the backend's later operations leave the
-  // sums what they need to run beside them (NCCL: SMs, CudaContext::leave_sms) until
-  // join_beside().
+  // sums what they need to run beside them (NCCL: SMs, CudaContext::leave_sms) until the
+  // sums are joined (join_beside, or a backend wait such as synchronize or copy_to_host).
   virtual void start_beside() {}
   // Sums `count` floats of backend memory in place, after every operation issued so far on
   // the backend (both lanes) and beside those issued after it; nothing waits for the host.

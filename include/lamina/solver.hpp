@@ -155,6 +155,7 @@ class Solver {
   // with one pass, the zeroing runs beside the forward pass and (without clipping) the
   // step state's advance beside the backward pass (Backend::to_side_lane).
   void forward_backward_advance();
+  void forward_backward_advance_passes();  // forward_backward_advance but for its failure
   void apply_update();
   // The iteration by replaying the recorded step (recording it first if needed); false when
   // it cannot be replayed now and the caller runs the operations itself.
@@ -206,8 +207,12 @@ class Solver {
   // update_by_bucket_, apply_update waits for each bucket's sum before updating its part.
   void sum_gradients();
   // Makes the operations issued from now on wait for the whole gradient sum (a no-op after
-  // sum_gradients, unless update_by_bucket_).
+  // sum_gradients, unless update_by_bucket_). Between forward_backward_advance and
+  // apply_update, anything that reads the gradients calls it first.
   void join_gradient_sums();
+  // After a step's operations threw: the sums issued so far are joined, so that no later
+  // operation (a retried step's zeroing of the gradients, a capture's end) runs beside them.
+  void join_sums_after_failure();
   // ring_host_ (and take_mean_loss's sum): the mean over the workers.
   void average_over_workers(float* values, int count);
   // The action every worker takes now: the strongest any of them was asked for since the

@@ -89,10 +89,9 @@ std::string GradientBuckets::summary() const {
     std::snprintf(mb, sizeof(mb), "%.3g", double(buckets_[i].count) * sizeof(float) / 1e6);
     sizes += (i == 0 ? "" : i + 1 == buckets_.size() ? " and " : ", ") + std::string(mb);
   }
-  const bool beside = buckets_.front().first_layer >= 0;
   return std::to_string(buckets_.size()) + " all-reduce" + (buckets_.size() == 1 ? "" : "s") +
          " per iteration (" + sizes + " MB) " +
-         (beside ? "beside the backward pass" : "after the backward pass");
+         (beside() ? "beside the backward pass" : "after the backward pass");
 }
 
 }  // namespace lamina

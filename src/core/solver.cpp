@@ -253,6 +253,15 @@ bool Solver::after_iteration() {
 }
 
 void Solver::forward_backward_advance() {
+  try {
+    forward_backward_advance_passes();
+  } catch (...) {
+    join_sums_after_failure();
+    throw;
+  }
+}
+
+void Solver::forward_backward_advance_passes() {
   // This iteration's loss (schedule_.loss); advance_step stores it in the ring at the step
   // state's iteration: the same arguments every iteration.
   if (param_.iter_size() == 1) {
@@ -351,9 +360,14 @@ void Solver::apply_update() {
   if (!update_by_bucket_) return update(arena.layout());
   // Each bucket's part as soon as its sum is done: the first buckets' while the last ones'
   // sums still run (gradient_buckets.hpp).
-  buckets_->finish_each([&](const GradientBucket& bucket) {
-    update(arena.layout_part(bucket.offset, bucket.count));
-  });
+  try {
+    buckets_->finish_each([&](const GradientBucket& bucket) {
+      update(arena.layout_part(bucket.offset, bucket.count));
+    });
+  } catch (...) {
+    join_sums_after_failure();
+    throw;
+  }
 }
 
 void Solver::run_test_passes() {

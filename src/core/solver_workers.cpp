@@ -91,14 +91,12 @@ void Solver::broadcast_weights() {
 void Solver::last_backward() {
   if (!buckets_) return net_->backward();
   buckets_->start();
-  try {
-    net_->backward([this](int layer) { buckets_->params_done(layer); });
-  } catch (...) {
-    // The buckets issued so far are joined, so that no later operation (a retried step's
-    // zeroing of the gradients, a capture's end) runs beside them.
-    comm_->join_beside();
-    throw;
-  }
+  // If it throws, forward_backward_advance joins the buckets issued.
+  net_->backward([this](int layer) { buckets_->params_done(layer); });
+}
+
+void Solver::join_sums_after_failure() {
+  if (buckets_) comm_->join_beside();
 }
 
 void Solver::sum_gradients() {

@@ -30,6 +30,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <mutex>
@@ -90,7 +91,6 @@ class CudaContext {
   // for everything issued so far on both lanes and returns it; join_collective_lane makes
   // later main-stream work wait for everything issued on it. synchronize and copy_to_host
   // join it too.
-  //
   cudaStream_t fork_collective_lane();
   void join_collective_lane();
   cudaStream_t collective_stream() const { return collective_; }
@@ -102,7 +102,7 @@ class CudaContext {
   // limited. collective_sms() is what the collectives get: an eighth of the SMs (16 of an
   // H200's 132), the CTAs NCCL is given.
   void leave_sms(int sms);
-  int collective_sms() const { return properties_.multiProcessorCount / 8; }
+  int collective_sms() const { return std::max(1, properties_.multiProcessorCount / 8); }
 
   // At least bytes of the lane's device scratch memory, valid until the next call on the
   // lane. Operations on a stream use it one after another, so one buffer serves them all; it

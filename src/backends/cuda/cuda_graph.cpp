@@ -58,8 +58,8 @@ void CudaBackend::begin_capture() {
 
 std::unique_ptr<CapturedOps> CudaBackend::end_capture(bool keep) {
   // The side lane's and the collective lane's work has merged into the main stream: the
-  // outermost SideLaneScope joined the one and the solver's gradient sum the other, also
-  // when the operations threw (work left unjoined fails the capture).
+  // outermost SideLaneScope joined the one and the solver's update (or its gradient sum)
+  // the other, also when the operations threw (work left unjoined fails the capture).
   context_.to_main_lane();
   context_.set_capturing(false);
   cudaGraph_t graph = nullptr;

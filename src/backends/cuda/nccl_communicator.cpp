@@ -6,9 +6,9 @@
 // Nothing waits for the host and a captured step holds the all-reduces as graph nodes.
 // Host collectives (start-up, tests, display points) stage through a small device buffer
 // and wait for it.
+#include <glog/logging.h>
 #include <nccl.h>
 
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -44,6 +44,8 @@ class NcclCommunicator final : public Communicator {
     config.maxCTAs = context_.collective_sms();
     check(ncclCommInitRankConfig(&comm_, size, unique, rank, &config), "communicator set-up");
   }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
   ~NcclCommunicator() override {
     for (cudaEvent_t event : sum_done_) cudaEventDestroy(event);
     ncclCommDestroy(comm_);
@@ -64,9 +66,9 @@ class NcclCommunicator final : public Communicator {
     const cudaStream_t lane = context_.fork_collective_lane();
     check(ncclAllReduce(data, data, size_t(count), ncclFloat, ncclSum, comm_, lane),
           "all-reduce");
-    if (issued_ < int(sum_done_.size()))
-      LAMINA_CUDA_CHECK(cudaEventRecord(sum_done_[issued_], lane));
-    ++issued_;
+    CHECK_LT(issued_, int(sum_done_.size())) << "more sums beside one backward pass than "
+                                              << "prepare_beside prepared";
+    LAMINA_CUDA_CHECK(cudaEventRecord(sum_done_[issued_++], lane));
   }
   void start_beside() override {
     issued_ = 0;
@@ -82,9 +84,8 @@ class NcclCommunicator final : public Communicator {
     }
   }
   void wait_beside(int k) override {
-    LAMINA_REQUIRE(k >= 0 && k < std::min(issued_, int(sum_done_.size())), "wait_beside(", k,
-                   "): ", issued_, " sums were issued beside and ", sum_done_.size(),
-                   " prepared (prepare_beside)");
+    CHECK(k >= 0 && k < issued_) << "wait_beside(" << k << "): " << issued_
+                                 << " sums were issued beside since start_beside()";
     context_.require_main_lane("waiting for a sum beside the backward pass");
     LAMINA_CUDA_CHECK(cudaStreamWaitEvent(context_.stream(), sum_done_[k], 0));
   }

@@ -166,6 +166,9 @@ void CudaBackend::update(const UpdateArgs& args, const StepState* step,
                          float* history, float* history2) {
   const cudaStream_t s = on_device();
   if (layout.n <= 0 || layout.num_segments <= 0) return;
+  LAMINA_REQUIRE(layout.n % kArenaBlock == 0 && layout.first % kArenaBlock == 0,
+                 "CudaBackend::update: an update of ", layout.n, " floats from ", layout.first,
+                 " is not on ", kArenaBlock, "-float blocks of the arena");
   const bool adam = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW;
   LAMINA_REQUIRE(!adam || history2 != nullptr, "CudaBackend::update: Adam and AdamW need ",
                  "history2 (the second-moment arena)");

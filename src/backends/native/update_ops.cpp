@@ -93,7 +93,7 @@ void update_range(const UpdateScalars& a, const UpdateLayout& layout, int64_t be
   }
 }
 
-// One dispatch for the whole arena, split into equal ranges over the thread pool.
+// One dispatch for the layout's elements, split into equal ranges over the thread pool.
 template <UpdateRule kRule>
 void update_arena(const UpdateScalars& a, const UpdateLayout& layout, float* w, const float* g,
                   float* h, float* h2) {
