@@ -39,7 +39,7 @@ inline void add_options(CLI::App& app, Options& o) {
   app.add_option("--data-dir", o.model.data_dir, "Directory holding the MNIST IDX files");
   app.add_flag("--no-cuda-graph", o.no_cuda_graph,
                "Launch every operation directly instead of replaying the step as a CUDA graph");
-  app.add_option("--precision", o.precision, "Precision to train in: fp32 or tf32")
+  app.add_option("--precision", o.precision, "Precision to train in: fp32, tf32, bf16 or fp16")
       ->capture_default_str();
 }
 

@@ -53,10 +53,8 @@ expect_error "--data-dir ''" "--data-dir: must be a directory, got ''" "$mnist" 
 expect_error "--models-dir ''" "--models-dir: must be a directory, got ''" run --models-dir ""
 expect_error "unknown model" "mnist: error: model: mpl not in" "$mnist" mpl --data-dir "$data"
 expect_error "data directory that is not there" "$tmp/none" "$mnist" linear --data-dir "$tmp/none"
-expect_error "--precision x" "mnist: error: --precision 'x' is not a precision; give fp32, tf32 or bf16" \
+expect_error "--precision x" "mnist: error: --precision 'x' is not a precision; give fp32, tf32, bf16 or fp16" \
   run --precision x
-expect_error "--precision fp16" "mnist: error: --precision fp16: precision FP16 is not available yet" \
-  run --precision fp16
 
 # Values given are used: the header line shows them.
 expect_success "every override is applied" \

@@ -1,7 +1,7 @@
 // BF16 storage on the CPU (docs/precision.md): tensors stored in 16 bits, the net's choice of
 // storage per layer and the Convert layers it inserts, each 16-bit layer's forward and
-// backward against its FP32 result within a bound derived from BF16's precision, the
-// weights' 16-bit copy, and training with FP32 master weights.
+// backward against its FP32 result within a bound derived from the precision (BF16 and
+// FP16), the weights' 16-bit copy, and training with FP32 master weights.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -24,12 +24,15 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::random_values;
 
-// BF16 keeps 8 significant bits: rounding to nearest moves a value by at most u = 2^-8 of it.
-const double kUnit = std::ldexp(1.0, -8);
+// The unit roundoff of a 16-bit format: rounding to nearest moves a value by at most u of
+// it, 2^-8 in BF16 (8 significant bits), 2^-11 in FP16 (11).
+double unit_of(Half f) { return std::ldexp(1.0, f == Half::kBF16 ? -8 : -11); }
 
-std::vector<float> rounded(const std::vector<float>& v) {
+std::vector<float> rounded(const std::vector<float>& v, Half f = Half::kBF16) {
   std::vector<float> out;
-  for (float x : v) out.push_back(bf16_to_float(float_to_bf16(x)));
+  for (float x : v)
+    out.push_back(f == Half::kBF16 ? bf16_to_float(float_to_bf16(x))
+                                   : fp16_to_float(float_to_fp16(x)));
   return out;
 }
 
@@ -93,9 +96,7 @@ TEST(Bf16Net, LayersStoreInBf16AndConvertAtTheEdges) {
 
 TEST(Bf16Net, PrecisionsAreParsedAndRefusedWithTheirFix) {
   EXPECT_EQ(parse_precision("bf16", "--precision"), BF16);
-  EXPECT_THAT(testing::error_of([] { parse_precision("fp16", "--precision"); }),
-              HasSubstr("--precision fp16: precision FP16 is not available yet (it needs "
-                        "dynamic loss scaling)"));
+  EXPECT_EQ(parse_precision("Fp16", "--precision"), FP16);
   NativeBackend native;
   // An in-place layer cannot have a Convert before it. One that can run in 16 bits runs in
   // its blob's storage, whatever its own precision: a ReLU in FP32 in place on a BF16
@@ -173,20 +174,27 @@ void forward_and_backward(Net& net, int layer, const std::vector<float>& data,
   net.backward_layer(layer);
 }
 
-// A Linear layer (8 x 24 -> 16, with bias; ip1, between two FP32 layers) in BF16 against
-// FP32: same weights, input and top gradient. BF16 rounds x, W and dy (the Convert and the
-// 16-bit copy: a relative u = 2^-8 each) and every 16-bit result once; sums run in FP32
-// either way. So each output differs from FP32's by at most 2 u S + u |y| (S = the sum of
-// |operand products| behind it), plus FP32's own rounding, covered by 1% of the first term.
-TEST(Bf16Layers, LinearStaysWithinBf16OfFp32ForwardAndBackward) {
+// A Linear layer (8 x 24 -> 16, with bias; ip1, between two FP32 layers) in BF16 or FP16
+// against FP32: same weights, input and top gradient. The format rounds x, W and dy (the
+// Convert and the 16-bit copy: a relative u each, u = 2^-8 in BF16, 2^-11 in FP16) and
+// every 16-bit result once; sums run in FP32 either way. So each output differs from FP32's
+// by at most 2 u S + u |y| (S = the sum of |operand products| behind it), plus FP32's own
+// rounding, covered by 1% of the first term (the values stay far from FP16's limits).
+class HalfLayers : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(HalfLayers, LinearStaysWithinItsFormatOfFp32ForwardAndBackward) {
   NativeBackend native;
+  const Precision p = GetParam();
+  const Half format = half_format(storage_of(p));
+  const double unit = unit_of(format);
   const NetParameter param = parse_net_parameter(kLinear, "net");
   NetParameter half = param;
-  set_default_precision(half, BF16);
+  set_default_precision(half, p);
   Net n32(param, TRAIN, native, 1), n16(half, TRAIN, native, 1);
   const int ip32 = 2, ip16 = 3;
-  ASSERT_THAT(layer_names(n16), ElementsAre("data", "ip0", "ip0_BF16", "ip1", "ip1_FP32", "ip2",
-                                            "loss"));
+  const std::string name = Precision_Name(p);
+  ASSERT_THAT(layer_names(n16), ElementsAre("data", "ip0", "ip0_" + name, "ip1", "ip1_FP32",
+                                            "ip2", "loss"));
   const int64_t rows = 8, k = 24, n = 16;
   const std::vector<float> data = random_values(rows * k, 5), dy = random_values(rows * n, 6);
   forward_and_backward(n32, ip32, data, dy);
@@ -195,9 +203,9 @@ TEST(Bf16Layers, LinearStaysWithinBf16OfFp32ForwardAndBackward) {
   const std::vector<float> w = n32.layer(ip32).params()[0].tensor->copy_data_to_host();
   const std::vector<float> y32 = n32.blob("ip1").copy_data_to_host();
   const std::vector<float> y16 = n16.blob("ip1").copy_data_to_host();
-  EXPECT_EQ(y16, rounded(y16)) << "the top holds BF16 values";
-  auto bound = [](double sum, double value) {
-    return 2.02 * kUnit * sum + kUnit * std::abs(value);
+  EXPECT_EQ(y16, rounded(y16, format)) << "the top holds " << name << " values";
+  auto bound = [&](double sum, double value) {
+    return 2.02 * unit * sum + unit * std::abs(value);
   };
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < n; ++j) {
@@ -206,10 +214,10 @@ TEST(Bf16Layers, LinearStaysWithinBf16OfFp32ForwardAndBackward) {
       EXPECT_NEAR(y16[r * n + j], y32[r * n + j], bound(s, y32[r * n + j])) << r << "," << j;
     }
   }
-  EXPECT_NE(y16, y32) << "BF16 must change the results";
+  EXPECT_NE(y16, y32) << name << " must change the results";
   // dx = dy W (16-bit), dW = dy^T x and db = column sums of dy (FP32: no final rounding).
   const std::vector<float> dx32 = n32.blob("ip0").copy_diff_to_host();
-  const std::vector<float> dx16 = n16.blob("ip0_BF16").copy_diff_to_host();
+  const std::vector<float> dx16 = n16.blob("ip0_" + name).copy_diff_to_host();
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) {
       double s = 0;
@@ -224,45 +232,50 @@ TEST(Bf16Layers, LinearStaysWithinBf16OfFp32ForwardAndBackward) {
   for (int64_t j = 0; j < n; ++j) {
     double sb = 0;
     for (int64_t r = 0; r < rows; ++r) sb += std::abs(dy[r * n + j]);
-    EXPECT_NEAR(db16[j], db32[j], 1.01 * kUnit * sb) << j;
+    EXPECT_NEAR(db16[j], db32[j], 1.01 * unit * sb) << j;
     for (int64_t c = 0; c < k; ++c) {
       double s = 0;
       for (int64_t r = 0; r < rows; ++r) s += std::abs(dy[r * n + j] * x[r * k + c]);
-      EXPECT_NEAR(dw16[j * k + c], dw32[j * k + c], 2.02 * kUnit * s) << j << "," << c;
+      EXPECT_NEAR(dw16[j * k + c], dw32[j * k + c], 2.02 * unit * s) << j << "," << c;
     }
   }
-  EXPECT_NE(dw16, rounded(dw16)) << "parameter gradients stay FP32";
+  EXPECT_NE(dw16, rounded(dw16, format)) << "parameter gradients stay FP32";
 }
 
-// The activations in BF16: f of the rounded input, rounded once; backward likewise. With
+// The activations in 16 bits: f of the rounded input, rounded once; backward likewise. With
 // |f'| <= 1 (ReLU, TanH) or 1/4 (Sigmoid), the output moves by at most u |x| + u |y|.
-TEST(Bf16Layers, ActivationsStayWithinBf16OfFp32) {
+TEST_P(HalfLayers, ActivationsStayWithinItsFormatOfFp32) {
   NativeBackend native;
+  const Half format = half_format(storage_of(GetParam()));
+  const double unit = unit_of(format);
   const int64_t n = 1000;
   const std::vector<float> x = random_values(n, 7, -4, 4), dy = random_values(n, 8);
   std::vector<uint16_t> x16(n), dy16(n), y16(n), dx16(n);
-  native.to_half(Half::kBF16, n, x.data(), x16.data());
-  native.to_half(Half::kBF16, n, dy.data(), dy16.data());
+  native.to_half(format, n, x.data(), x16.data());
+  native.to_half(format, n, dy.data(), dy16.data());
   std::vector<float> y(n), dx(n), y_back(n), dx_back(n);
   for (Activation f : {Activation::kReLU, Activation::kSigmoid, Activation::kTanH}) {
     native.activation_forward(f, n, 0.0f, x.data(), y.data());
     native.activation_backward(f, n, 0.0f, y.data(), dy.data(), dx.data());
-    native.activation_forward(Half::kBF16, f, n, 0.0f, x16.data(), y16.data());
-    native.activation_backward(Half::kBF16, f, n, 0.0f, y16.data(), dy16.data(), dx16.data());
-    native.from_half(Half::kBF16, n, y16.data(), y_back.data());
-    native.from_half(Half::kBF16, n, dx16.data(), dx_back.data());
+    native.activation_forward(format, f, n, 0.0f, x16.data(), y16.data());
+    native.activation_backward(format, f, n, 0.0f, y16.data(), dy16.data(), dx16.data());
+    native.from_half(format, n, y16.data(), y_back.data());
+    native.from_half(format, n, dx16.data(), dx_back.data());
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_NEAR(y_back[i], y[i], kUnit * (std::abs(x[i]) + std::abs(y[i])) + 1e-7)
+      ASSERT_NEAR(y_back[i], y[i], unit * (std::abs(x[i]) + std::abs(y[i])) + 1e-7)
           << int(f) << " at " << i;
       // dx = dy g(y), |g| <= 1 and |g'| <= 2 on these outputs: the rounding of dy, of y
       // (through g), and of dx.
       ASSERT_NEAR(dx_back[i], dx[i],
-                  kUnit * (std::abs(dy[i]) * (1 + 2 * (std::abs(y[i]) + std::abs(x[i]))) +
+                  unit * (std::abs(dy[i]) * (1 + 2 * (std::abs(y[i]) + std::abs(x[i]))) +
                            std::abs(dx[i])) + 1e-7)
           << int(f) << " at " << i;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Formats, HalfLayers, ::testing::Values(BF16, FP16),
+                         [](const auto& info) { return Precision_Name(info.param); });
 
 // The weights' 16-bit copy follows the FP32 weights however they change: forward refreshes it.
 TEST(Bf16Net, TheWeightsCopyIsRefreshedBeforeEachForwardPass) {

@@ -231,9 +231,9 @@ TEST(ChoosingPrecision, ContainersLayersAndTheSolverDefault) {
   EXPECT_EQ(parse_precision("tf32", "--precision"), TF32);
   EXPECT_EQ(parse_precision("FP32", "--precision"), FP32);
   EXPECT_THAT(testing::error_of([] { parse_precision("tf-32", "--precision"); }),
-              HasSubstr("--precision 'tf-32' is not a precision; give fp32, tf32 or bf16"));
-  EXPECT_THAT(testing::error_of([] { parse_precision("fp16", "--precision"); }),
-              HasSubstr("--precision fp16: precision FP16 is not available yet"));
+              HasSubstr("--precision 'tf-32' is not a precision; give fp32, tf32, bf16 or "
+                        "fp16"));
+  EXPECT_EQ(parse_precision("fp16", "--precision"), FP16);
 }
 
 TEST(ChoosingPrecision, ASplitRunsInItsProducersPrecision) {
@@ -248,21 +248,22 @@ layer { name: "b" type: "ReLU" bottom: "ip" top: "b" }
   EXPECT_EQ(net.layer_math(2), Math::kTF32);
 }
 
-TEST(ChoosingPrecision, UnavailablePrecisionsAreRefusedWhereTheyAreWritten) {
-  NativeBackend native;
+TEST(ChoosingPrecision, LossScaleFieldsAreCheckedWhereTheyAreWritten) {
   testing::TempDir dir;
-  std::string text = kNet;
-  text.replace(text.find("precision: FP32"), 15, "precision: FP16");
-  const std::string path = dir.write("net.prototxt", text);
-  auto build = [&] { Net(read_net_parameter(path), TRAIN, native, 1, {}, path); };
-  EXPECT_THAT(testing::error_of(build),
-              HasSubstr(path + ":8: layer 'mlp/relu1' (ReLU): precision FP16 is not available "
-                        "yet (it needs dynamic loss scaling): Lamina trains in FP32, TF32 or "
-                        "BF16"));
-  const std::string solver = dir.write("solver.prototxt", "base_lr: 0.1\nprecision: FP16\n");
+  const std::string solver =
+      dir.write("solver.prototxt", "base_lr: 0.1\nprecision: FP16\nloss_scale: -2\n");
   auto check = [&] { check_solver_parameter(read_solver_parameter(solver), solver); };
   EXPECT_THAT(testing::error_of(check),
-              HasSubstr(solver + ":2: precision FP16 is not available yet"));
+              HasSubstr(solver + ":3: loss_scale is -2; give the scale (> 0) FP16 training "
+                        "starts its loss gradient at (65536 when left out)"));
+  const std::string interval = dir.write(
+      "interval.prototxt", "base_lr: 0.1\nprecision: FP16\nloss_scale_growth_interval: 0\n");
+  auto check_interval = [&] {
+    check_solver_parameter(read_solver_parameter(interval), interval);
+  };
+  EXPECT_THAT(testing::error_of(check_interval),
+              HasSubstr(interval + ":3: loss_scale_growth_interval is 0; give the number (>= "
+                        "1) of finite iterations in a row"));
 }
 
 // A backend whose products know only FP32: a TF32 layer is refused when the net is built.

@@ -41,10 +41,14 @@ expect_error "device_id without solver_mode GPU" "device_id is set but solver_mo
 # Precisions: only those there are, only those available.
 expect_error "--precision that is not one" "lamina: error: --precision 'tf16' is not a precision" \
   "$lamina" train --solver unknown_layer_solver.prototxt --precision tf16
-fp16_solver=$(solver_file fp16 "" "precision: FP16")
-expect_error "precision FP16" "fp16.prototxt:[0-9]*: precision FP16 is not available yet (it needs dynamic loss scaling): Lamina trains in FP32, TF32 or BF16" \
-  "$lamina" train --solver "$fp16_solver"
-expect_error "lamina time --precision fp16" "lamina: error: --precision fp16: precision FP16 is not available yet" \
+# FP16's loss scaling: its fields are checked, and refused where no layer runs in FP16.
+scale_solver=$(solver_file loss_scale "" "loss_scale: 1024")
+expect_error "loss_scale without FP16" "the solver sets loss_scale, but no layer of the TRAIN net 'input_net' runs in FP16, so nothing would use it: remove it, or train in FP16" \
+  "$lamina" train --solver "$scale_solver"
+zero_scale_solver=$(solver_file zero_scale "" "loss_scale: 0" "precision: FP16")
+expect_error "loss_scale 0" "zero_scale.prototxt:[0-9]*: loss_scale is 0; give the scale (> 0)" \
+  "$lamina" train --solver "$zero_scale_solver"
+expect_success "lamina time --precision fp16" "FP16 in x_FP16, fc; FP32 in y_FP32; FP32 (no FP16 path) in data, loss" \
   "$lamina" time --model input_net.prototxt --precision fp16 --iterations 1
 expect_success "lamina time --precision tf32" "every layer in TF32" \
   "$lamina" time --model input_net.prototxt --precision tf32 --iterations 1

@@ -476,7 +476,7 @@ int main(int argc, char** argv) {
                       "Launch every operation of a step directly instead of replaying it as "
                       "a CUDA graph (the solver's cuda_graph: false)");
   constexpr const char* kPrecisionHelp =
-      "Precision of the layers that name none: fp32, tf32 or bf16 (docs/precision.md)";
+      "Precision of the layers that name none: fp32, tf32, bf16 or fp16 (docs/precision.md)";
   train_cmd->add_option("--precision", train_options.precision,
                         std::string(kPrecisionHelp) + "; default: the solver's precision, FP32");
 

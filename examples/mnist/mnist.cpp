@@ -91,8 +91,14 @@ int run(Options o) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     accuracy = trainer.test().value("accuracy");
-    std::printf("epoch %2d: train loss %.4f  test accuracy %.2f%%  %.0f samples/s (%.2f s)\n",
+    std::printf("epoch %2d: train loss %.4f  test accuracy %.2f%%  %.0f samples/s (%.2f s)",
                 epoch, loss, 100 * accuracy, iters_per_epoch * double(batch) / seconds, seconds);
+    if (trainer.scales_loss()) {  // FP16
+      const lamina::Solver::LossScaleState scale = trainer.loss_scale_state();
+      std::printf("  loss scale %g (%lld iterations skipped)", scale.scale,
+                  static_cast<long long>(scale.skipped));
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
   std::printf("final test accuracy: %.2f%% after %d epochs (%d iterations)\n", 100 * accuracy,
@@ -161,7 +167,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-cuda-graph", o.no_cuda_graph,
                "Launch every operation directly instead of replaying each step as a CUDA graph");
   app.add_option("--precision", o.precision,
-                 "Precision to train in: fp32, tf32 or bf16 (default: the solver's, FP32; "
+                 "Precision to train in: fp32, tf32, bf16 or fp16 (default: the solver's, FP32; "
                  "docs/precision.md)");
   const auto not_empty =
       accepts<std::string>("a directory", [](const std::string& v) { return !v.empty(); });

@@ -383,7 +383,8 @@ class Backend {
   //             w -= lr_i * (c * m / (sqrt(v) + delta) + decay_i w)
   //   RMSProp:  h = momentum2 h + (1 - momentum2) g'^2;  w -= lr_i g' / (sqrt(h) + delta)
   //   AdaGrad:  h += g'^2;  w -= lr_i g' / (sqrt(h) + delta)
-  // history2 is used by Adam and AdamW only (may be null otherwise).
+  // history2 is used by Adam and AdamW only (may be null otherwise). With step->skip set
+  // (loss scaling found the gradients not finite) nothing changes.
   virtual void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
                       float* weights, const float* grads, float* history,
                       float* history2) = 0;

@@ -53,6 +53,12 @@ class Net {
   // before the gradients of its inputs (every layer, last to first): the solver's gradient
   // buckets start summing there, beside the rest of the layer's backward.
   void backward(const std::function<void(int)>& params_done = {});
+  // Dynamic loss scaling (the solver's, for FP16): backward() starts each loss from its
+  // weight times *scale, a float in backend memory read when the pass runs; null: from its
+  // weight alone.
+  void set_loss_scale(const float* scale);
+  // Whether some layer stores its values in FP16 (training it needs loss scaling).
+  bool stores_fp16() const;
   // Reads the total loss: copies one float to the host.
   float loss();
   Tensor& loss_tensor() { return *total_; }
@@ -151,6 +157,8 @@ class Net {
   std::vector<std::string> output_names_;
   int64_t generation_ = 0;
   std::vector<std::pair<int, float>> loss_blobs_;  // (blob, weight)
+  const float* loss_scale_ = nullptr;  // set_loss_scale's
+  Buffer loss_weights_;  // with loss_scale_: loss_blobs_'s weights, in backend memory
   Tensor* total_ = nullptr;           // the loss blob when there is one of weight 1, else
   std::unique_ptr<Tensor> loss_sum_;  // the weighted sum of the losses, made each forward
 

@@ -11,16 +11,16 @@
 
 namespace lamina {
 
-// The Math of a layer's products in precision p: BF16's are kFP32, FP32 sums of products of
-// 16-bit operands. A precision not available yet (FP16) is an Error that says which are.
+// The Math of a layer's products in precision p: BF16's and FP16's are kFP32, FP32 sums of
+// products of 16-bit operands. A value outside the enum is an Error that says which are.
 Math math_of(Precision p);
 
 // How a layer in precision p stores its values when it can run in 16 bits
 // (Layer::half_support): BF16 or FP16 for those precisions, else FP32. Errors as math_of.
 DType storage_of(Precision p);
 
-// The precision a command-line option names, in any case ("tf32", "TF32"), if it is
-// available; other text, or a precision not available yet, is an Error naming `option`.
+// The precision a command-line option names, in any case ("tf32", "TF32"); other text is
+// an Error naming `option`.
 Precision parse_precision(const std::string& text, const std::string& option);
 
 // Gives every top-level layer of net that names no precision the precision p; the children

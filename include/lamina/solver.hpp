@@ -139,6 +139,17 @@ class Solver {
   // Whether the last step() or solve() returned early because of a kStop action.
   bool stopped_early() const { return stopped_early_; }
 
+  // ---- FP16 loss scaling (solver_loss_scale.cpp, docs/precision.md) ----
+  // Whether the solver scales the loss: some layer of its TRAIN net runs in FP16.
+  bool scales_loss() const { return loss_scaling_; }
+  struct LossScaleState {
+    float scale = 1;         // the loss scale the next iteration's backward pass uses
+    int32_t good_steps = 0;  // finite iterations in a row since it last changed
+    int64_t skipped = 0;     // iterations skipped so far (gradients not finite)
+  };
+  // Its state now (one host copy); an Error when the solver does not scale the loss.
+  LossScaleState loss_scale_state() const;
+
   // ---- captured steps (solver_graphs.cpp, docs/performance.md) ----
   // Whether iterations are replayed from a recording: cuda_graph is on, the backend can
   // capture, and every layer can be captured. The first iteration (and the first test) runs
@@ -238,8 +249,19 @@ class Solver {
   StepSchedule schedule_;  // advances step_state_ each iteration
   Buffer stepvalues_;      // the multistep schedule's stepvalues, in backend memory
   Buffer step_state_;      // a StepState: the iteration and the next update's lr and scale
-  // Writes iter_ into the step state (construction, restore); the rest it computes itself.
+  // Writes iter_ and scale_state_ into the step state (construction, restore); the rest it
+  // computes itself.
   void upload_step_state();
+  // FP16's dynamic loss scaling: on when the TRAIN net stores values in FP16 (refusing the
+  // solver's loss_scale fields otherwise), its schedule, and the net's scaled loss gradient.
+  void init_loss_scaling();
+  // ", loss scale = S (N iterations skipped)" for the display line ("" without scaling);
+  // a scale that has collapsed is a divergence, handled as `nonfinite` says.
+  std::string loss_scale_note();
+  // The run's skipped iterations and the scale at its end, after `iterations` of training.
+  void log_loss_scaling(int iterations);
+  bool loss_scaling_ = false;
+  LossScaleState scale_state_;  // what upload_step_state writes (the start, or a restore)
   // The clipping norm if asked for, then advance_step: the loss into the ring, the update's
   // rate and scale, the step state's iteration + 1.
   void advance_step_state();

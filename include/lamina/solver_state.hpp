@@ -8,7 +8,9 @@
 // history2/<param>, shaped as the parameter), and each stateful layer's state
 // (state/train/<layer>, state/test/<layer>), and algorithms: the backend's algorithm choices
 // (Backend::algorithm_choices; optional, empty on the CPU and in states written before it),
-// and workers: the data-parallel job's worker count (optional, written when not 1).
+// and workers: the data-parallel job's worker count (optional, written when not 1), and
+// loss_scale and loss_scale_counts (good steps in a row, skipped iterations): FP16's
+// dynamic loss scale (optional, written when the solver scales the loss).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,9 @@ struct SolverState {
   Net::LayerStates train_layers, test_layers;
   std::string algorithms;  // Backend::algorithm_choices when it was written
   int64_t workers = 1;     // the data-parallel job that wrote it (docs/distributed.md)
+  bool has_loss_scale = false;  // the solver scaled the loss (FP16)
+  float loss_scale = 1;
+  int64_t good_steps = 0, skipped = 0;
 };
 
 // The record prefix of optimizer state array k: "history/", "history2/".

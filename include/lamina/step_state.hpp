@@ -3,11 +3,13 @@
 // (and can be captured and replayed as one CUDA graph).
 //
 //   StepState     in backend memory: the iteration, and the learning rate, Adam's bias
-//                 correction and the gradient scale (1/iter_size times the clipping factor)
-//                 the next update uses; grad_sumsq is where the clipping norm is summed.
+//                 correction and the gradient scale (1/iter_size times the clipping factor,
+//                 over the loss scale) the next update uses; grad_sumsq is where the
+//                 clipping norm is summed; FP16's dynamic loss scale and its counters.
 //   StepSchedule  the constants that advance it: the learning-rate schedule, iter_size, the
-//                 clipping threshold, Adam's betas, and where the iteration's loss is kept
-//                 (the loss ring and running sum). Passed by value; it never changes.
+//                 clipping threshold, Adam's betas, loss scaling's growth interval, and
+//                 where the iteration's loss is kept (the loss ring and running sum).
+//                 Passed by value; it never changes.
 //
 // advance_step_values is the one implementation of an advance: the Native backend calls it
 // on the host, the CUDA backend in a one-thread kernel, and lr_policy.cpp's learning_rate
@@ -16,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "lamina/host_device.hpp"
 
@@ -65,9 +68,17 @@ LAMINA_HOST_DEVICE inline float adam_correction(float b1, float b2, int64_t t) {
 struct StepState {
   int64_t iter = 0;        // the iteration whose update comes next (0-based)
   float lr = 0;            // the schedule's rate at iter (before lr_mult)
-  float correction = 0;    // Adam's bias correction for update iter + 1; 0 for other rules
-  float grad_scale = 1;    // 1/iter_size times the clipping factor
-  float grad_sumsq = 0;    // the gradients' sum of squares, when clipping (written before)
+  float correction = 0;    // Adam's bias correction for the next update; 0 for other rules
+  float grad_scale = 1;    // 1/iter_size times the clipping factor, over loss_scale
+  float grad_sumsq = 0;    // the gradients' sum of squares, when clipping or loss scaling
+  // Dynamic loss scaling (FP16; docs/precision.md). The backward pass starts from the loss
+  // gradient times loss_scale. An iteration whose scaled gradients are not finite (their
+  // sum of squares is not) is skipped: skip is set, the update changes nothing, the scale
+  // halves. After growth_interval finite iterations in a row it doubles.
+  float loss_scale = 1;
+  int32_t good_steps = 0;  // finite iterations since the scale last changed
+  int32_t skip = 0;        // 1: the next update is skipped
+  int64_t skipped = 0;     // iterations skipped so far
 };
 
 struct StepSchedule {
@@ -82,7 +93,35 @@ struct StepSchedule {
   float clip = 0;          // clip_gradients; <= 0: no clipping (grad_sumsq is not read)
   bool adam = false;       // compute the bias correction from beta1 and beta2
   float beta1 = 0, beta2 = 0;
+  // Dynamic loss scaling: > 0 turns it on (grad_sumsq is read), with the scale doubled
+  // after this many finite iterations in a row.
+  int32_t growth_interval = 0;
 };
+
+// Whether x is neither infinite nor NaN (its exponent bits are not all ones), alike on the
+// host and in kernels.
+LAMINA_HOST_DEVICE inline bool is_finite_value(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return (bits & 0x7f800000u) != 0x7f800000u;
+}
+
+// The advance of the loss scale after an iteration: halved (and the iteration skipped) when
+// its gradients are not finite, doubled after growth_interval finite ones in a row. A scale
+// that would overflow stays; one that reaches 0 stays 0 (the solver reports it).
+LAMINA_HOST_DEVICE inline void advance_loss_scale(int32_t growth_interval, bool finite,
+                                                  StepState& state) {
+  state.skip = finite ? 0 : 1;
+  if (!finite) {
+    state.loss_scale *= 0.5f;
+    state.good_steps = 0;
+    state.skipped += 1;
+    return;
+  }
+  if (++state.good_steps < growth_interval) return;
+  state.good_steps = 0;
+  if (is_finite_value(state.loss_scale * 2.0f)) state.loss_scale *= 2.0f;
+}
 
 // Records the iteration's loss, sets the values of the update for state.iter, then advances
 // state.iter by one.
@@ -93,14 +132,19 @@ LAMINA_HOST_DEVICE inline void advance_step_values(const StepSchedule& s, StepSt
     *s.loss_sum += loss;
   }
   state.lr = static_cast<float>(schedule_rate(s.lr, state.iter));
-  state.correction = s.adam ? adam_correction(s.beta1, s.beta2, state.iter + 1) : 0.0f;
-  float scale = s.iter_scale;
+  // Adam counts the updates made: skipped iterations are not (t = iter + 1 - skipped).
+  state.correction =
+      s.adam ? adam_correction(s.beta1, s.beta2, state.iter + 1 - state.skipped) : 0.0f;
+  const bool scaling = s.growth_interval > 0;
+  // The gradients are of the loss times loss_scale: the update divides it out.
+  float scale = scaling ? s.iter_scale / state.loss_scale : s.iter_scale;
   if (s.clip > 0) {
     // The global L2 norm of the averaged gradient; above clip, the gradient is scaled to it.
-    const float norm = ::sqrtf(state.grad_sumsq) * s.iter_scale;
+    const float norm = ::sqrtf(state.grad_sumsq) * scale;
     if (norm > s.clip) scale *= s.clip / norm;
   }
   state.grad_scale = scale;
+  if (scaling) advance_loss_scale(s.growth_interval, is_finite_value(state.grad_sumsq), state);
   state.iter += 1;
 }
 

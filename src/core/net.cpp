@@ -42,8 +42,27 @@ void Net::forward() {
   for (const auto& l : loss_blobs_) backend_.axpy(1, l.second, blobs_[l.first]->data(), loss);
 }
 
+void Net::set_loss_scale(const float* scale) {
+  loss_scale_ = scale;
+  if (!scale || loss_blobs_.empty()) return;
+  std::vector<float> weights;
+  for (const auto& l : loss_blobs_) weights.push_back(l.second);
+  loss_weights_ = Buffer(backend_, sizeof(float) * weights.size());
+  backend_.copy_from_host(loss_weights_.bytes(), weights.data(), loss_weights_.get());
+}
+
+bool Net::stores_fp16() const {
+  return std::find(storage_.begin(), storage_.end(), DType::kFP16) != storage_.end();
+}
+
 void Net::backward(const std::function<void(int)>& params_done) {
-  for (const auto& l : loss_blobs_) backend_.fill(1, l.second, blobs_[l.first]->mutable_diff());
+  for (size_t k = 0; k < loss_blobs_.size(); ++k) {
+    float* diff = blobs_[loss_blobs_[k].first]->mutable_diff();
+    if (loss_scale_)
+      backend_.mul(1, loss_weights_.as<float>() + k, loss_scale_, diff);
+    else
+      backend_.fill(1, loss_blobs_[k].second, diff);
+  }
   // Layers may compute parameter gradients on the side lane (Backend::open_side_lane); the
   // pass ends with everything joined, so the update and any read see them.
   SideLaneScope lanes(backend_);

@@ -121,7 +121,9 @@ void Solver::check_finite(const Net::LayerStates& states_before, bool arenas) {
   const std::vector<float> weights = arena.to_host(arena.data());
   const std::vector<float> grads = arena.to_host(arena.diff());
   const ParamInfo* bad_weight = first_nonfinite_param(arena.table(), weights);
-  const ParamInfo* bad_grad = first_nonfinite_param(arena.table(), grads);
+  // With loss scaling a gradient that overflowed is expected: that update was skipped.
+  const ParamInfo* bad_grad =
+      loss_scaling_ ? nullptr : first_nonfinite_param(arena.table(), grads);
   if (std::isfinite(loss) && !bad_weight && !bad_grad) {
     VLOG(1) << "iteration " << iter_ << ": weights . gradients overflowed (" << product
             << "); every value is finite";

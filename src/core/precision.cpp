@@ -12,11 +12,10 @@ Math math_of(Precision p) {
   switch (p) {
     case FP32: return Math::kFP32;
     case TF32: return Math::kTF32;
-    case BF16: return Math::kFP32;  // on 16-bit operands, accumulated in FP32
-    case FP16: break;
+    case BF16:  // on 16-bit operands, accumulated in FP32
+    case FP16: return Math::kFP32;
   }
-  fail("precision ", Precision_Name(p), " is not available yet (it needs dynamic loss "
-       "scaling): Lamina trains in FP32, TF32 or BF16");
+  fail("precision ", int(p), " is not one Lamina knows: it trains in FP32, TF32, BF16 or FP16");
 }
 
 DType storage_of(Precision p) {
@@ -30,7 +29,7 @@ Precision parse_precision(const std::string& text, const std::string& option) {
                  [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
   Precision p = FP32;
   LAMINA_REQUIRE(Precision_Parse(upper, &p), option, " '", text, "' is not a precision; give "
-                 "fp32, tf32 or bf16");
+                 "fp32, tf32, bf16 or fp16");
   try {
     math_of(p);
   } catch (const Error& e) {

@@ -76,6 +76,8 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   // one history.
   const bool adam = args_.rule == UpdateRule::kAdam || args_.rule == UpdateRule::kAdamW;
   net_->arena().allocate_state(adam ? 2 : 1);
+  step_state_ = Buffer(backend, sizeof(StepState));
+  init_loss_scaling();  // before join_workers, which plans the update by it
   if (comm_) join_workers();
 
   loss_ring_ = Buffer(backend, sizeof(float) * (param.average_loss() + 1));
@@ -104,7 +106,6 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   schedule_.ring = loss_ring_.as<float>();
   schedule_.ring_len = param_.average_loss();
   schedule_.loss_sum = loss_sum_.as<float>();
-  step_state_ = Buffer(backend, sizeof(StepState));
   upload_step_state();
   init_replays();
 }
@@ -112,6 +113,9 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
 void Solver::upload_step_state() {
   StepState state;
   state.iter = iter_;
+  state.loss_scale = scale_state_.scale;
+  state.good_steps = scale_state_.good_steps;
+  state.skipped = scale_state_.skipped;
   backend_.copy_from_host(sizeof(StepState), &state, step_state_.get());
 }
 
@@ -169,6 +173,7 @@ void Solver::solve() {
   const auto start = std::chrono::steady_clock::now();
   step(param_.max_iter() - iter_);
   log_throughput(iter_ - first_iter, start);
+  log_loss_scaling(iter_ - first_iter);
   if (stopped_early_) {
     // Stopped but not saved (snapshot_failure: CONTINUE): the caller must not report success.
     LAMINA_REQUIRE(stop_snapshot_saved_, "training stopped at iteration ", iter_, " as requested "
@@ -219,14 +224,17 @@ void Solver::step(int iters) {
     if (display && n > 0) {
       // weights . gradients is NaN or infinite when any weight or gradient is (x * NaN,
       // inf * 0, inf * x all are); it can also overflow, which check_finite tells apart.
-      backend_.dot(n, net_->arena().data(), net_->arena().diff(),
+      // With loss scaling gradients may overflow (the update skips them): weights . weights.
+      const float* arena = net_->arena().data();
+      backend_.dot(n, arena, loss_scaling_ ? arena : net_->arena().diff(),
                    loss_ring_.as<float>() + average);
     }
     if (check) read_ring();
     if (display) {
       const float loss = smoothed_loss();
       loss_history_.push_back({iter_, loss});
-      LOG(INFO) << "Iteration " << iter_ << ", loss = " << loss << ", lr = " << learning_rate();
+      LOG(INFO) << "Iteration " << iter_ << ", loss = " << loss << ", lr = " << learning_rate()
+                << loss_scale_note();
     }
     if (check) check_finite(states_before, display);
     apply_update();
@@ -274,8 +282,9 @@ void Solver::forward_backward_advance_passes() {
     }
     net_->forward();
     forward_lanes.close();
-    // The step state needs only the loss, unless clipping needs the gradients' norm.
-    if (param_.clip_gradients() > 0 || !backend_.has_side_lane()) {
+    // The step state needs only the loss, unless clipping or loss scaling needs the
+    // gradients' sum of squares.
+    if (param_.clip_gradients() > 0 || loss_scaling_ || !backend_.has_side_lane()) {
       last_backward();
       sum_gradients();
       advance_step_state();
@@ -289,6 +298,8 @@ void Solver::forward_backward_advance_passes() {
     try {
       last_backward();
     } catch (...) {
+      // (Not with loss scaling, which takes the path above: this upload would put its
+      // scale back to the last restore's.)
       // A direct step that fails puts the step state's iteration back (joined first; in a
       // recording nothing ran, and the upload is refused). The loss it recorded stays.
       try {
@@ -343,9 +354,9 @@ float Solver::take_mean_loss() {
 void Solver::advance_step_state() {
   ParamArena& arena = net_->arena();
   StepState* step = step_state_.as<StepState>();
-  // The clipping norm is summed, and the loss recorded and the rate, correction and scale
-  // computed, in backend memory: nothing is read back.
-  if (param_.clip_gradients() > 0 && arena.count() > 0)
+  // The clipping norm (or loss scaling's finiteness test) is summed, and the loss recorded
+  // and the rate, correction and scale computed, in backend memory: nothing is read back.
+  if ((param_.clip_gradients() > 0 || loss_scaling_) && arena.count() > 0)
     backend_.dot(arena.count(), arena.diff(), arena.diff(), &step->grad_sumsq);
   backend_.advance_step(schedule_, step);
 }

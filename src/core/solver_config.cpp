@@ -241,6 +241,12 @@ void check_run_fields(const Checker& c, const SolverParameter& p, const std::str
   } catch (const Error& e) {
     c.refuse("precision", e.what());
   }
+  c.require(p.loss_scale() > 0, "loss_scale", "loss_scale is ", p.loss_scale(), "; give "
+            "the scale (> 0) FP16 training starts its loss gradient at (65536 when left out)");
+  c.require(p.loss_scale_growth_interval() >= 1, "loss_scale_growth_interval",
+            "loss_scale_growth_interval is ", p.loss_scale_growth_interval(), "; give the "
+            "number (>= 1) of finite iterations in a row after which FP16 training doubles "
+            "its loss scale (2000 when left out)");
   c.require(p.gradient_bucket_mb() > 0, "gradient_bucket_mb", "gradient_bucket_mb is ",
             p.gradient_bucket_mb(), "; give the size in megabytes (> 0) of the gradient "
             "buckets the workers of a data-parallel job sum while backward runs");

@@ -173,6 +173,13 @@ SnapshotPaths Solver::snapshot() {
   if (test_net_) state.test_layers = test_net_->layer_states();
   state.algorithms = backend_.algorithm_choices();
   state.workers = workers();
+  if (loss_scaling_) {
+    const LossScaleState scale = loss_scale_state();
+    state.has_loss_scale = true;
+    state.loss_scale = scale.scale;
+    state.good_steps = scale.good_steps;
+    state.skipped = scale.skipped;
+  }
 
   const std::string weights_bytes =
       encode_snapshot(SnapshotKind::kWeights, weights, &state.weights_crc32);
@@ -273,6 +280,16 @@ void Solver::restore(const std::string& state_path) {
   backend_.copy_from_host(sizeof(float), &state.loss_sum, loss_sum_.get());
   loss_sum_count_ = state.loss_sum_count;
   iter_ = int(state.iteration);
+  if (loss_scaling_ && state.has_loss_scale) {
+    scale_state_ = {state.loss_scale, int32_t(state.good_steps), state.skipped};
+  } else if (loss_scaling_) {
+    scale_state_ = {param_.loss_scale(), 0, 0};
+    LOG(INFO) << what << "it holds no loss scale (it was written by a run without FP16 "
+              << "layers); the scale starts at loss_scale, " << scale_state_.scale;
+  } else if (state.has_loss_scale) {
+    LOG(INFO) << what << "its FP16 loss scale (" << state.loss_scale << ") is not used: no "
+              << "layer of this net runs in FP16";
+  }
   upload_step_state();
   broadcast_weights();  // every worker read the same file; worker 0's are the job's
   if (state.seed != seed_)

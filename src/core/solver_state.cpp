@@ -2,6 +2,8 @@
 #include "lamina/solver_state.hpp"
 
 #include <climits>
+#include <cmath>
+#include <cstdint>
 #include <set>
 
 namespace lamina {
@@ -44,6 +46,10 @@ std::vector<SnapshotRecord> encode_solver_state(const SolverState& s, const Para
   if (!s.algorithms.empty())
     records.push_back(SnapshotRecord::of_bytes("algorithms", s.algorithms));
   if (s.workers != 1) records.push_back(SnapshotRecord::of_ints("workers", {s.workers}));
+  if (s.has_loss_scale) {
+    records.push_back(SnapshotRecord::of_floats("loss_scale", {1}, {s.loss_scale}));
+    records.push_back(SnapshotRecord::of_ints("loss_scale_counts", {s.good_steps, s.skipped}));
+  }
   return records;
 }
 
@@ -81,6 +87,18 @@ SolverState decode_solver_state(const SnapshotFile& file, const std::string& pat
   if (file.find("workers")) s.workers = get("workers", Type::kInt64, 1).ints[0];
   LAMINA_REQUIRE(s.workers >= 1 && s.workers <= INT_MAX, what, "workers ", s.workers,
                  " is out of range; the file is damaged");
+  if (file.find("loss_scale") || file.find("loss_scale_counts")) {
+    s.has_loss_scale = true;
+    s.loss_scale = get("loss_scale", Type::kFloat32, 1).floats[0];
+    const std::vector<int64_t>& counts = get("loss_scale_counts", Type::kInt64, 2).ints;
+    s.good_steps = counts[0];
+    s.skipped = counts[1];
+    LAMINA_REQUIRE(std::isfinite(s.loss_scale) && s.loss_scale > 0, what, "loss_scale ",
+                   s.loss_scale, " is not a positive number; the file is damaged");
+    LAMINA_REQUIRE(s.good_steps >= 0 && s.good_steps <= INT32_MAX && s.skipped >= 0 &&
+                   s.skipped <= s.iteration, what, "loss_scale_counts (", s.good_steps, ", ",
+                   s.skipped, ") are out of range; the file is damaged");
+  }
   LAMINA_REQUIRE(s.loss_sum_count >= 0 && s.loss_sum_count <= s.iteration, what,
                  "loss_sum_count ", s.loss_sum_count, " is not between 0 and the iteration, ",
                  s.iteration, "; the file is damaged");

@@ -2,9 +2,10 @@
 // part of it the layout names: elements layout.first to layout.first + layout.n).
 //
 // weights, grads, history, history2 are the arenas; the layout's segment and block
-// tables and the step state (lr, Adam's bias correction, the gradient scale) live in device
-// memory and are read by the kernel, so its arguments are the same every iteration and a
-// step uploads nothing; the rule's constants (momentum, ...) travel as kernel arguments.
+// tables and the step state (lr, Adam's bias correction, the gradient scale, whether loss
+// scaling skips this update) live in device memory and are read by the kernel, so its
+// arguments are the same every iteration and a step uploads nothing; the rule's constants
+// (momentum, ...) travel as kernel arguments.
 // advance_step is a one-thread kernel that runs step_state.hpp's advance_step_values there.
 // A grid-stride loop over groups of four floats for SGD and Nesterov (float4 loads and
 // stores), one float per thread for the other rules and for arrays not 16-byte aligned: a
@@ -104,6 +105,7 @@ __global__ void __launch_bounds__(kBlock, 2048 / kBlock)
                   const int32_t* __restrict__ block_segment, float* w, const float* g, float* h,
                   float* h2) {
   constexpr bool kTwoMoments = kRule == UpdateRule::kAdam || kRule == UpdateRule::kAdamW;
+  if (step->skip) return;  // loss scaling found the gradients not finite: nothing changes
   const float step_lr = step->lr, grad_scale = step->grad_scale, correction = step->correction;
   LAMINA_GRID_STRIDE_LOOP(i, n / kWidth) {
     const int64_t first = begin + i * kWidth;  // in the arena

@@ -113,6 +113,7 @@ void NativeBackend::update(const UpdateArgs& args, const StepState* step,
   CHECK(!adam || history2 != nullptr) << "Adam/AdamW need history2";
   CHECK(layout.n % kArenaBlock == 0 && layout.first % kArenaBlock == 0)
       << "an update of " << layout.n << " floats from " << layout.first;
+  if (step->skip) return;  // loss scaling found the gradients not finite: nothing changes
   const UpdateScalars a{step->lr,         args.momentum,    args.momentum2,
                         args.delta,       args.weight_decay, step->grad_scale,
                         step->correction, args.regularization};

@@ -1,0 +1,107 @@
+// FP16 loss scaling's test net (test_loss_scale.cpp, test_cuda_loss_scale.cpp): an FP16 MLP
+// whose gradients overflow in chosen iterations, its solver and its data.
+//
+// GradientBoost, a test layer that makes them overflow: forward copies its
+// bottom; backward passes the gradient back multiplied by `factor` in the backward passes
+// whose 0-based index is listed in `passes` ("2,3,7"), unchanged in the others. In FP16
+// training a factor of 1e30 overflows the 16-bit gradient below it, as a real overflow would.
+// It counts its backward passes on the host (its state, so a resumed run goes on counting).
+#pragma once
+
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lamina/io.hpp"
+#include "lamina/layer.hpp"
+#include "lamina/registry.hpp"
+#include "lamina/solver.hpp"
+#include "test_util.hpp"
+
+namespace lamina::testing {
+
+class GradientBoostLayer : public Layer {
+ public:
+  using Layer::Layer;
+  void setup(const Tensors& bottom, const Tensors& top) override {
+    require_custom_keys({"passes", "factor"});
+    factor_ = float(custom_number("factor", 1));
+    std::istringstream list(custom_string("passes", ""));
+    for (std::string item; std::getline(list, item, ',');) passes_.insert(std::stoll(item));
+    top[0]->reshape(bottom[0]->shape());
+  }
+  void forward(const Tensors& bottom, const Tensors& top) override {
+    backend_.copy(sizeof(float) * bottom[0]->count(), bottom[0]->data(), top[0]->mutable_data());
+  }
+  void backward_input(const Tensors& top, const std::vector<bool>& propagate,
+                      const Tensors& bottom) override {
+    const int64_t pass = passes_done_++;
+    if (!propagate[0]) return;
+    const int64_t n = bottom[0]->count();
+    float* dx = bottom[0]->mutable_diff();
+    backend_.copy(sizeof(float) * n, top[0]->diff(), dx);
+    if (passes_.count(pass)) backend_.scal(n, factor_, dx);
+  }
+  std::vector<int64_t> state() const override { return {passes_done_}; }
+  void set_state(const std::vector<int64_t>& state) override {
+    LAMINA_REQUIRE(state.size() == 1, where(), "keeps one state value");
+    passes_done_ = state[0];
+  }
+  std::optional<std::string> capture_blocker() const override {
+    return std::string("it counts its backward passes on the host");
+  }
+
+ private:
+  float factor_ = 1;
+  std::set<int64_t> passes_;
+  int64_t passes_done_ = 0;
+};
+
+// Registers the layer as "GradientBoost" once per process.
+inline void register_gradient_boost() {
+  static const bool done = [] {
+    register_layer<GradientBoostLayer>("GradientBoost");
+    return true;
+  }();
+  (void)done;
+}
+
+// An FP16 MLP; GradientBoost multiplies the loss gradient by 1e30 in the listed backward
+// passes, so the FP16 gradient below it overflows there.
+inline NetParameter boosted_mlp(const std::string& passes) {
+  register_gradient_boost();
+  return parse_net_parameter(R"(
+name: "scaled"
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 8 dim: 24 } shape { dim: 8 } } }
+layer { name: "ip1" type: "Linear" inner_product_param { num_output: 16
+        weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "relu1" type: "ReLU" }
+layer { name: "ip2" type: "Linear" inner_product_param { num_output: 5
+        weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "boost" type: "GradientBoost" custom_param {
+        entry { key: "passes" value: ")" + passes + R"(" } entry { key: "factor" value: "1e30" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" }
+)", "net");
+}
+
+// SGD with momentum in FP16, loss scale `scale` doubling after `growth_interval` finite
+// iterations, and the solver fields `more`.
+inline SolverParameter fp16_solver(const std::string& more = "", float scale = 1024,
+                                   int growth_interval = 3) {
+  SolverParameter p = parse_solver_parameter(
+      "base_lr: 0.2 momentum: 0.9 random_seed: 3 precision: FP16 " + more, "solver");
+  p.set_loss_scale(scale);
+  p.set_loss_scale_growth_interval(growth_interval);
+  return p;
+}
+
+// The same 8 random inputs and labels every iteration.
+inline void feed(Solver& solver) {
+  solver.net().blob("data").copy_data_from_host(random_values(8 * 24, 13));
+  solver.net().blob("label").copy_data_from_host({0, 2, 1, 4, 3, 0, 1, 2});
+}
+
+}  // namespace lamina::testing
