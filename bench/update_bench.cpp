@@ -9,6 +9,7 @@
 //   axpby    y = a x + b y             reads x, y; writes y          12 bytes per float
 //   SGD      momentum update           reads w, g, h; writes w, h    20 bytes per float
 //   Adam     first and second moments  reads w, g, h, h2; writes w, h, h2   28 bytes per float
+//   sum of squares  dot(g, g), for clipping and loss scaling       reads g: 4 bytes per float
 // ratio = update ms / axpby ms. A memory-bound update costs its bytes: SGD 20/12 = 1.67 and
 // Adam 28/12 = 2.33 times an axpby at equal bandwidth, so equal GB/s columns mean the update
 // costs nothing beyond its traffic (however many parameters), and a lower GB/s is work that
@@ -149,13 +150,15 @@ int main(int argc, char** argv) {
     // The step state each update reads: lr 1e-3, and Adam's bias correction at update 10.
     lamina::StepState host_step;
     host_step.lr = 1e-3f;
-    lamina::Buffer sgd_step(be, sizeof(lamina::StepState)), adam_step(be, sizeof(lamina::StepState));
+    lamina::Buffer sgd_step(be, sizeof(lamina::StepState));
+    lamina::Buffer adam_step(be, sizeof(lamina::StepState));
     be.copy_from_host(sizeof(lamina::StepState), &host_step, sgd_step.get());
     host_step.correction = lamina::adam_correction(adam.momentum, adam.momentum2, 10);
     be.copy_from_host(sizeof(lamina::StepState), &host_step, adam_step.get());
     const lamina::StepState* sgd_state = sgd_step.as<lamina::StepState>();
     const lamina::StepState* adam_state = adam_step.as<lamina::StepState>();
 
+    lamina::Buffer sum(be, sizeof(float));  // the sum of squares
     const std::vector<double> ms = median_ms(
         be, repeats,
         {[&] { be.axpby(n, 1e-3f, g.as<float>(), 0.999f, h.as<float>()); },
@@ -173,7 +176,8 @@ int main(int argc, char** argv) {
          [&] {
            be.update(adam, adam_state, one, w.as<float>(), g.as<float>(), h.as<float>(),
                      h2.as<float>());
-         }});
+         },
+         [&] { be.dot(n, g.as<float>(), g.as<float>(), sum.as<float>()); }});
     const double axpby_ms = ms[0], sgd_ms = ms[1], adam_ms = ms[2];
 
     std::printf("fused update on %s: %d parameters, %lld floats (%lld in the arena with "
@@ -195,6 +199,7 @@ int main(int argc, char** argv) {
     row("Adam", adam_ms, 28, elements, ms[4]);
     row("SGD, 1 param", ms[3], 20, n, 0);
     row("Adam, 1 param", ms[4], 28, n, 0);
+    row("sum of squares", ms[5], 4, n, 0);
     std::printf("ratio/axpby: the update's time over axpby's on the same floats; traffic ratio: "
                 "its bytes over axpby's, the ratio a purely memory-bound update would show; vs 1 "
                 "param: over the same update of the arena as one parameter\n");

@@ -319,6 +319,17 @@ TEST(TrainingInBf16, MasterWeightsStayFp32AndTheNetTrains) {
   EXPECT_NE(wb, rounded(wb)) << "the master weights are FP32, not BF16 values";
   bf16.step(60);
   EXPECT_LT(bf16.net().loss(), 0.3f * loss16) << "the BF16 net trains";
+  // The update writes the weights' BF16 copy (forward no longer refreshes it): after the
+  // last update it holds the rounded weights.
+  ParamArena& arena = bf16.net().arena();
+  const std::vector<float> w(arena.data(), arena.data() + arena.count());
+  const uint16_t* copy = arena.half_copy(Half::kBF16);
+  std::vector<float> copied(arena.count());
+  for (int64_t i = 0; i < arena.count(); ++i) copied[i] = bf16_to_float(copy[i]);
+  for (const ParamInfo& info : arena.table()) {
+    for (int64_t i = info.offset; i < info.offset + info.count; ++i)
+      ASSERT_EQ(copied[i], rounded({w[i]})[0]) << info.name << " at " << i - info.offset;
+  }
 }
 
 }  // namespace

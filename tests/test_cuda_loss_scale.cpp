@@ -2,7 +2,7 @@
 // gradients overflow in chosen iterations, trained on both. The scale, its counters and the
 // skipped iterations must be the same on both, a skipped iteration must leave the GPU's
 // weights unchanged bit for bit, and the weights must stay within FP16's precision of the
-// CPU's. Skips (with the reason) without a GPU.
+// CPU's; the update writes their FP16 copy. Skips (with the reason) without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,6 +10,7 @@
 
 #include "lamina/cuda.hpp"
 #include "lamina/native_backend.hpp"
+#include "lamina/rounding.hpp"
 #include "loss_scale_net.hpp"
 #include "test_util.hpp"
 
@@ -48,6 +49,15 @@ TEST(CudaLossScaling, SkipsAndScalesAsTheCpuDoes) {
     if (it % 5 == 4) std::printf("iteration %2d: weights' normalized error %.2e\n", it, error);
   }
   EXPECT_EQ(skips, 5);
+  // The update kernel writes the weights' FP16 copy (padding aside): the rounded weights,
+  // bit for bit (rounding.hpp's conversion, as on the host).
+  std::vector<uint16_t> copy(arena.count());
+  cuda->copy_to_host(sizeof(uint16_t) * copy.size(), arena.half_copy(Half::kFP16), copy.data());
+  const std::vector<float> w = arena.to_host(arena.data());
+  for (const ParamInfo& info : arena.table()) {
+    for (int64_t i = info.offset; i < info.offset + info.count; ++i)
+      ASSERT_EQ(copy[i], float_to_fp16(w[i])) << info.name << " at " << i - info.offset;
+  }
 }
 
 }  // namespace

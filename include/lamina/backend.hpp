@@ -94,6 +94,11 @@ struct UpdateArgs {
   float delta = 1e-8f;       // Adam, RMSProp, AdaGrad epsilon
   float weight_decay = 0;    // before decay_mult
   Regularization regularization = Regularization::kL2;
+  // The weights' 16-bit copy (ParamArena::half_copy) in half_format, which the update
+  // writes with each weight it changes, so that it never needs a pass of its own; null:
+  // none. Arena-start pointer, like the weights.
+  uint16_t* half_copy = nullptr;
+  Half half_format = Half::kBF16;
 };
 
 // A 2-D convolution, NCHW. x (n, c, h, w); weight (k, c / groups, kh, kw); bias (k);

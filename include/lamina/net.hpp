@@ -42,12 +42,16 @@ class Net {
 
   // Runs every layer; the weighted total loss lands in loss_tensor() (no host copy). With
   // layers running in 16 bits it first refreshes the weights' 16-bit copy
-  // (refresh_half_weights).
+  // (refresh_half_weights), unless the update keeps it (half_copy_kept_by_update).
   void forward();
   // Rounds the FP32 weights into the 16-bit copy that layers running in 16 bits read (one
   // pass over the arena; nothing when no layer does). forward() does it; callers of
   // forward_layer do it first.
   void refresh_half_weights();
+  // Training: the solver's update writes the 16-bit copy with the weights
+  // (UpdateArgs::half_copy), so forward() no longer refreshes it. Whoever writes the weights
+  // otherwise calls refresh_half_weights() (the solver does before each step() and test()).
+  void half_copy_kept_by_update() { half_copy_by_update_ = true; }
   // Backward through the layers that need it; parameter gradients accumulate. params_done,
   // when given, is called with each layer's index once its parameter gradients are issued,
   // before the gradients of its inputs (every layer, last to first): the solver's gradient
@@ -149,6 +153,7 @@ class Net {
   std::vector<Math> math_;   // per layer: the Math of its products (its precision)
   std::vector<DType> storage_;  // per layer: how its tops are stored
   bool uses_half_copy_ = false;  // some layer reads the weights' 16-bit copy
+  bool half_copy_by_update_ = false;  // half_copy_kept_by_update()
   std::vector<bool> learnable_;  // per layer: some parameter has lr_mult != 0
   std::vector<std::vector<bool>> propagate_;  // per layer, per bottom
   std::vector<std::unique_ptr<Tensor>> blobs_;

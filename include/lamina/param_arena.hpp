@@ -68,6 +68,7 @@ class ParamArena {
   // arena has one format, and asking for the other is an Error.
   uint16_t* half_copy(Half format);
   bool has_half_copy() const { return half_copy_.get() != nullptr; }
+  Half half_format() const { return half_format_; }  // the copy's, once it has one
   // Rounds every weight into the 16-bit copy, one pass over the arena (no-op without one).
   // Net::forward runs it first, so the copy always matches the weights however they were
   // last written (an update, a snapshot, a broadcast).

@@ -34,7 +34,7 @@ void Net::refresh_half_weights() {
 }
 
 void Net::forward() {
-  refresh_half_weights();
+  if (!half_copy_by_update_) refresh_half_weights();
   for (int i = 0; i < num_layers(); ++i) forward_layer(i);
   if (!loss_sum_) return;
   float* loss = loss_sum_->mutable_data();

@@ -72,6 +72,16 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
     test_sums_ = Buffer(backend, sizeof(float) * outputs);
   }
 
+  // The weights' 16-bit copy (layers in BF16 or FP16) is written by the update, not
+  // refreshed by every forward pass of either net.
+  ParamArena& arena = net_->arena();
+  if (arena.has_half_copy()) {
+    args_.half_copy = arena.half_copy(arena.half_format());
+    args_.half_format = arena.half_format();
+    net_->half_copy_kept_by_update();
+    if (test_net_) test_net_->half_copy_kept_by_update();
+    net_->refresh_half_weights();
+  }
   // The optimizer's state lives in the arena: Adam and AdamW keep two moments, the others
   // one history.
   const bool adam = args_.rule == UpdateRule::kAdam || args_.rule == UpdateRule::kAdamW;
@@ -195,6 +205,7 @@ void Solver::step(int iters) {
   const int average = param_.average_loss();
   const int64_t n = net_->arena().count();
   stopped_early_ = false;
+  net_->refresh_half_weights();  // weights written since the last update (a restore, a load)
   for (int k = 0; k < iters; ++k) {
     // A restored state may sit at the last iteration an int counts (found by fuzz_solverstate).
     LAMINA_REQUIRE(iter_ < INT_MAX, "iteration ", iter_, " is the last one Lamina counts; "
@@ -404,6 +415,7 @@ void Solver::run_test_passes() {
 TestResult Solver::test() {
   LAMINA_REQUIRE(test_net_ != nullptr, "the solver has no test net: set test_iter");
   float* sums = test_sums_.as<float>();
+  test_net_->refresh_half_weights();  // the weights may have been written since the update
   if (!replay_test()) {
     run_test_passes();
     test_warm_ = true;

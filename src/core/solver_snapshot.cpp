@@ -270,6 +270,7 @@ void Solver::restore(const std::string& state_path) {
     }
   }
   arena.from_host(weights, arena.data());
+  net_->refresh_half_weights();
   backend_.reuse_algorithm_choices(state.algorithms);
   // The next step and test run directly before they are recorded again: a plan the choices
   // replaced is made then, not while recording.

@@ -5,7 +5,9 @@
 // tables and the step state (lr, Adam's bias correction, the gradient scale, whether loss
 // scaling skips this update) live in device memory and are read by the kernel, so its
 // arguments are the same every iteration and a step uploads nothing; the rule's constants
-// (momentum, ...) travel as kernel arguments.
+// (momentum, ...) travel as kernel arguments. With UpdateArgs::half_copy the kernel also
+// writes the weights' 16-bit copy from the weights it has in registers (2 bytes more per
+// float instead of a pass that reads the weights again).
 // advance_step is a one-thread kernel that runs step_state.hpp's advance_step_values there.
 // A grid-stride loop over groups of four floats for SGD and Nesterov (float4 loads and
 // stores), one float per thread for the other rules and for arrays not 16-byte aligned: a
@@ -14,8 +16,12 @@
 // and elements past the segment's end (padding) keep their values. The cost
 // does not grow with the number of parameters. The formulas are backend.hpp's, written in
 // the same order as the Native backend's so results agree to float rounding.
+#include <cstdint>
+#include <type_traits>
+
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/half_storage.cuh"
 #include "backends/cuda/kernel_util.cuh"
 #include "lamina/common.hpp"
 
@@ -98,12 +104,30 @@ __device__ __forceinline__ void store(float* p, int64_t v, const float (&in)[kWi
 // segment's end (padding) are stored back as they were loaded. At most 32 registers, so
 // that an SM holds its full 2048 threads: the update is memory-bound and needs every load in
 // flight (Adam at 33 registers ran at 75% occupancy, 14% slower).
-template <UpdateRule kRule, int kWidth>
+// Copy is NoCopy, or the storage (half_storage.cuh) of the weights' 16-bit copy, which is
+// written from the updated weights (padding included, unchanged).
+struct NoCopy {};
+
+template <class Copy, int kWidth>
+__device__ __forceinline__ void store_copy(uint16_t* copy, int64_t v, const float (&w)[kWidth]) {
+  if constexpr (kWidth == 4) {
+    ushort4 t;
+    t.x = Copy::store(w[0]);
+    t.y = Copy::store(w[1]);
+    t.z = Copy::store(w[2]);
+    t.w = Copy::store(w[3]);
+    reinterpret_cast<ushort4*>(copy)[v] = t;
+  } else {
+    copy[v] = Copy::store(w[0]);
+  }
+}
+
+template <UpdateRule kRule, int kWidth, class Copy>
 __global__ void __launch_bounds__(kBlock, 2048 / kBlock)
     update_kernel(UpdateConstants a, const StepState* __restrict__ step, int64_t begin,
                   int64_t n, const ParamSegment* __restrict__ segments,
                   const int32_t* __restrict__ block_segment, float* w, const float* g, float* h,
-                  float* h2) {
+                  float* h2, uint16_t* copy) {
   constexpr bool kTwoMoments = kRule == UpdateRule::kAdam || kRule == UpdateRule::kAdamW;
   if (step->skip) return;  // loss scaling found the gradients not finite: nothing changes
   const float step_lr = step->lr, grad_scale = step->grad_scale, correction = step->correction;
@@ -128,6 +152,7 @@ __global__ void __launch_bounds__(kBlock, 2048 / kBlock)
         update_element<kRule>(a, lr, decay, grad_scale, correction, wv[j], gv[j], hv[j], h2v[j]);
     }
     store<kWidth>(w, v, wv);
+    if constexpr (!std::is_same_v<Copy, NoCopy>) store_copy<Copy, kWidth>(copy, v, wv);
     store<kWidth>(h, v, hv);
     if constexpr (kTwoMoments) store<kWidth>(h2, v, h2v);
   }
@@ -135,26 +160,42 @@ __global__ void __launch_bounds__(kBlock, 2048 / kBlock)
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <UpdateRule kRule>
+template <UpdateRule kRule, class Copy>
 void launch_update(cudaStream_t stream, const UpdateConstants& constants, const StepState* step,
-                   const UpdateLayout& layout, float* w, const float* g, float* h, float* h2) {
+                   const UpdateLayout& layout, float* w, const float* g, float* h, float* h2,
+                   uint16_t* copy) {
   // float4 loads where the arrays allow them (the arena always does), for SGD and Nesterov
   // only, whose kernels then stay within their 32 registers: the others (Adam's two moments,
   // the square roots) spill at width 4 and ran 2% slower than one float per thread (Adam on
   // an H200: 0.227 against 0.222 ms for 25.6M floats), so they have no four-float kernel.
   if constexpr (kRule == UpdateRule::kSGD || kRule == UpdateRule::kNesterov) {
-    if (layout.n % 4 == 0 && aligned16(w) && aligned16(g) && aligned16(h)) {
-      update_kernel<kRule, 4><<<elementwise_grid(layout.n / 4), kBlock, 0, stream>>>(
+    const bool copy_aligned = reinterpret_cast<uintptr_t>(copy) % 8 == 0;
+    if (layout.n % 4 == 0 && aligned16(w) && aligned16(g) && aligned16(h) && copy_aligned) {
+      update_kernel<kRule, 4, Copy><<<elementwise_grid(layout.n / 4), kBlock, 0, stream>>>(
           constants, step, layout.first, layout.n, layout.segments, layout.block_segment, w, g,
-          h, h2);
+          h, h2, copy);
       LAMINA_CUDA_LAUNCHED(update_kernel);
       return;
     }
   }
-  update_kernel<kRule, 1><<<elementwise_grid(layout.n), kBlock, 0, stream>>>(
+  update_kernel<kRule, 1, Copy><<<elementwise_grid(layout.n), kBlock, 0, stream>>>(
       constants, step, layout.first, layout.n, layout.segments, layout.block_segment, w, g,
-      h, h2);
+      h, h2, copy);
   LAMINA_CUDA_LAUNCHED(update_kernel);
+}
+
+// Calls f(std::integral_constant<UpdateRule, rule>{}): the rule as a template argument.
+template <class F>
+void with_rule(UpdateRule rule, F&& f) {
+  using R = UpdateRule;
+  switch (rule) {
+    case R::kSGD: return f(std::integral_constant<R, R::kSGD>{});
+    case R::kNesterov: return f(std::integral_constant<R, R::kNesterov>{});
+    case R::kAdam: return f(std::integral_constant<R, R::kAdam>{});
+    case R::kAdamW: return f(std::integral_constant<R, R::kAdamW>{});
+    case R::kRMSProp: return f(std::integral_constant<R, R::kRMSProp>{});
+    case R::kAdaGrad: return f(std::integral_constant<R, R::kAdaGrad>{});
+  }
 }
 
 __global__ void advance_step_kernel(StepSchedule schedule, StepState* state) {
@@ -176,17 +217,18 @@ void CudaBackend::update(const UpdateArgs& args, const StepState* step,
                  "history2 (the second-moment arena)");
   const UpdateConstants constants{args.momentum, args.momentum2, args.delta, args.weight_decay,
                                   args.regularization == Regularization::kL1};
-  void (*launch)(cudaStream_t, const UpdateConstants&, const StepState*, const UpdateLayout&,
-                 float*, const float*, float*, float*) = nullptr;
-  switch (args.rule) {
-    case UpdateRule::kSGD: launch = launch_update<UpdateRule::kSGD>; break;
-    case UpdateRule::kNesterov: launch = launch_update<UpdateRule::kNesterov>; break;
-    case UpdateRule::kAdam: launch = launch_update<UpdateRule::kAdam>; break;
-    case UpdateRule::kAdamW: launch = launch_update<UpdateRule::kAdamW>; break;
-    case UpdateRule::kRMSProp: launch = launch_update<UpdateRule::kRMSProp>; break;
-    case UpdateRule::kAdaGrad: launch = launch_update<UpdateRule::kAdaGrad>; break;
-  }
-  launch(s, constants, step, layout, weights, grads, history, history2);
+  with_rule(args.rule, [&](auto rule) {
+    constexpr UpdateRule kRule = decltype(rule)::value;
+    if (args.half_copy == nullptr) {
+      launch_update<kRule, NoCopy>(s, constants, step, layout, weights, grads, history,
+                                   history2, nullptr);
+    } else {
+      with_half_storage(args.half_format, [&](auto copy) {
+        launch_update<kRule, decltype(copy)>(s, constants, step, layout, weights, grads,
+                                             history, history2, args.half_copy);
+      });
+    }
+  });
 }
 
 void CudaBackend::advance_step(const StepSchedule& schedule, StepState* state) {

@@ -1,13 +1,16 @@
 // NativeBackend::update: the fused update rules in one pass over the arena (or the part of it
 // the layout names), split into equal ranges over the thread pool; the block table
 // (backend.hpp's UpdateLayout) says which parameter's lr_mult and decay_mult each 64-float
-// block takes. The arithmetic is backend.hpp's, in the CUDA kernel's order. Built with -fno-math-errno so that sqrtf vectorises.
+// block takes. The arithmetic is backend.hpp's, in the CUDA kernel's order. Built with
+// -fno-math-errno so that sqrtf vectorises. The weights' 16-bit copy, when given, is
+// rounded from each run of updated weights while they are in cache.
 #include <glog/logging.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "lamina/native_backend.hpp"
+#include "lamina/rounding.hpp"
 #include "parallel.hpp"
 
 namespace lamina {
@@ -70,11 +73,22 @@ void update_run(const UpdateScalars& a, float lr, float decay, int64_t begin, in
   }
 }
 
+// copy[i] = w[i] rounded to format, for i in [0, n) (rounding.hpp's conversions).
+void round_to_half(Half format, const float* w, int64_t n, uint16_t* copy) {
+  if (format == Half::kBF16) {
+    for (int64_t i = 0; i < n; ++i) copy[i] = float_to_bf16(w[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) copy[i] = float_to_fp16(w[i]);
+  }
+}
+
 // Elements [begin, end) of the arena, any range: each run of one segment's elements is found
 // through the block table, and the padding after a segment's last element is skipped.
+// With copy (UpdateArgs::half_copy), the weights it changed are rounded into it.
 template <UpdateRule kRule>
 void update_range(const UpdateScalars& a, const UpdateLayout& layout, int64_t begin,
-                  int64_t end, float* w, const float* g, float* h, float* h2) {
+                  int64_t end, float* w, const float* g, float* h, float* h2, uint16_t* copy,
+                  Half format) {
   for (int64_t i = begin; i < end;) {
     const int64_t block_end = (i / kArenaBlock + 1) * kArenaBlock;
     const int32_t s = layout.block_segment[i / kArenaBlock];
@@ -87,6 +101,7 @@ void update_range(const UpdateScalars& a, const UpdateLayout& layout, int64_t be
     if (i < stop) {
       update_run<kRule>(a, a.lr * seg.lr_mult, a.weight_decay * seg.decay_mult, i, stop, w, g,
                         h, h2);
+      if (copy) round_to_half(format, w + i, stop - i, copy + i);
     }
     // On to the block after the segment's last (every segment starts on a block boundary).
     i = std::max(block_end, (stop + kArenaBlock - 1) / kArenaBlock * kArenaBlock);
@@ -96,9 +111,10 @@ void update_range(const UpdateScalars& a, const UpdateLayout& layout, int64_t be
 // One dispatch for the layout's elements, split into equal ranges over the thread pool.
 template <UpdateRule kRule>
 void update_arena(const UpdateScalars& a, const UpdateLayout& layout, float* w, const float* g,
-                  float* h, float* h2) {
+                  float* h, float* h2, uint16_t* copy, Half format) {
   parallel_ranges(layout.n, [&](int64_t begin, int64_t end) {
-    update_range<kRule>(a, layout, layout.first + begin, layout.first + end, w, g, h, h2);
+    update_range<kRule>(a, layout, layout.first + begin, layout.first + end, w, g, h, h2, copy,
+                        format);
   });
 }
 
@@ -118,7 +134,7 @@ void NativeBackend::update(const UpdateArgs& args, const StepState* step,
                         args.delta,       args.weight_decay, step->grad_scale,
                         step->correction, args.regularization};
   void (*arena)(const UpdateScalars&, const UpdateLayout&, float*, const float*, float*,
-                float*) = nullptr;
+                float*, uint16_t*, Half) = nullptr;
   switch (args.rule) {
     case UpdateRule::kSGD: arena = update_arena<UpdateRule::kSGD>; break;
     case UpdateRule::kNesterov: arena = update_arena<UpdateRule::kNesterov>; break;
@@ -127,7 +143,7 @@ void NativeBackend::update(const UpdateArgs& args, const StepState* step,
     case UpdateRule::kRMSProp: arena = update_arena<UpdateRule::kRMSProp>; break;
     case UpdateRule::kAdaGrad: arena = update_arena<UpdateRule::kAdaGrad>; break;
   }
-  arena(a, layout, weights, grads, history, history2);
+  arena(a, layout, weights, grads, history, history2, args.half_copy, args.half_format);
 }
 
 void NativeBackend::advance_step(const StepSchedule& schedule, StepState* state) {
