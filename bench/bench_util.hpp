@@ -47,7 +47,7 @@ inline void add_options(CLI::App& app, Options& o) {
 inline std::unique_ptr<Backend> checked_backend(const Options& o) {
   LAMINA_REQUIRE(o.repeats > 0, "--epochs must be > 0, got ", o.repeats);
   LAMINA_REQUIRE(!o.batch_sizes.empty(), "--batch-sizes names no batch size");
-  parse_precision(o.precision, "--precision");  // an Error for one not available
+  parse_precision(o.precision, "--precision");  // an Error for text that names none
   for (int batch : o.batch_sizes)
     LAMINA_REQUIRE(batch > 0, "--batch-sizes: every batch size must be > 0, got ", batch);
   return lamina::make_backend(backend_spec_from_gpu(o.gpu));

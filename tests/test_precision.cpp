@@ -254,8 +254,9 @@ TEST(ChoosingPrecision, LossScaleFieldsAreCheckedWhereTheyAreWritten) {
       dir.write("solver.prototxt", "base_lr: 0.1\nprecision: FP16\nloss_scale: -2\n");
   auto check = [&] { check_solver_parameter(read_solver_parameter(solver), solver); };
   EXPECT_THAT(testing::error_of(check),
-              HasSubstr(solver + ":3: loss_scale is -2; give the scale (> 0) FP16 training "
-                        "starts its loss gradient at (65536 when left out)"));
+              HasSubstr(solver + ":3: loss_scale is -2; give the scale (at least 2^-24, "
+                        "5.96e-08) FP16 training starts its loss gradient at (65536 when left "
+                        "out)"));
   const std::string interval = dir.write(
       "interval.prototxt", "base_lr: 0.1\nprecision: FP16\nloss_scale_growth_interval: 0\n");
   auto check_interval = [&] {

@@ -606,8 +606,11 @@ std::optional<mnist::Model> mnist_model(const std::string& model) {
 // The criterion: 200 iterations of the MNIST MLP and LeNet, replayed as CUDA graphs
 // and launched directly, give bit-identical weights and the same displayed losses and tests.
 // clip: gradient clipping (its norm makes advance_step wait for the backward pass; without
-// it advance_step runs beside the backward pass, on the side lane).
-void expect_replayed_equals_direct(const std::string& model, float clip) {
+// it advance_step runs beside the backward pass, on the side lane). In FP16 the loss scale
+// starts at 2^30 and doubles after 10 finite iterations: iterations are skipped and the
+// scale grows inside the replayed step, and both runs must agree on every one.
+void expect_replayed_equals_direct(const std::string& model, float clip,
+                                   Precision precision = FP32) {
   LAMINA_CUDA_BACKEND_OR_SKIP(backend);
   std::optional<mnist::Model> loaded = mnist_model(model);
   if (!loaded)
@@ -618,6 +621,12 @@ void expect_replayed_equals_direct(const std::string& model, float clip) {
   m.solver.clear_test_iter();
   m.solver.add_test_iter(20);
   m.solver.set_clip_gradients(clip);
+  if (precision == FP16) {
+    m.solver.set_precision(FP16);
+    m.solver.set_loss_scale(std::ldexp(1.0f, 30));
+    m.solver.set_loss_scale_growth_interval(10);
+  }
+  Solver::LossScaleState scales[2];
   std::vector<float> weights[2], blob_reads[2];
   std::vector<LossRecord> losses[2];
   std::vector<std::pair<int, TestResult>> tests[2];
@@ -633,6 +642,7 @@ void expect_replayed_equals_direct(const std::string& model, float clip) {
     EXPECT_EQ(solver.replays_steps(), replay == 1);
     EXPECT_EQ(solver.step_operations() > 0, replay == 1);
     weights[replay] = arena_of(solver.net());
+    if (solver.scales_loss()) scales[replay] = solver.loss_scale_state();
     losses[replay] = solver.loss_history();
     tests[replay] = solver.test_history();
     if (replay) {
@@ -641,6 +651,18 @@ void expect_replayed_equals_direct(const std::string& model, float clip) {
     }
   }
   EXPECT_TRUE(same_bits(weights[0], weights[1])) << "the weights after 200 iterations differ";
+  if (precision == FP16) {
+    EXPECT_EQ(scales[0].scale, scales[1].scale);
+    EXPECT_EQ(scales[0].skipped, scales[1].skipped);
+    // Each skip halved the scale once and each growth doubled it: growths = skips - halvings
+    // net of 2^30.
+    const int64_t growths = scales[1].skipped - int64_t(30 - std::log2(scales[1].scale));
+    std::printf("FP16: %lld iterations skipped, %lld growths, scale %g\n",
+                static_cast<long long>(scales[1].skipped), static_cast<long long>(growths),
+                scales[1].scale);
+    EXPECT_GE(scales[1].skipped, 3);
+    EXPECT_GE(growths, 1);
+  }
   EXPECT_TRUE(same_bits(blob_reads[0], blob_reads[1])) << "the loss blob read at 100 and 200";
   EXPECT_EQ(compare_losses(losses[0], {}, losses[1]), "");
   ASSERT_EQ(tests[0].size(), tests[1].size());
@@ -658,6 +680,10 @@ TEST(CudaGraphs, MnistMlp200IterationsReplayedEqualsDirect) {
 
 TEST(CudaGraphs, MnistLenet200IterationsReplayedEqualsDirect) {
   expect_replayed_equals_direct("lenet", 10);
+}
+
+TEST(CudaGraphs, MnistMlpInFp16WithSkipsAndGrowthReplayedEqualsDirect) {
+  expect_replayed_equals_direct("mlp", 0, FP16);
 }
 
 // A device's convolution choices with the forward algorithm of every line that starts with

@@ -38,7 +38,7 @@ expect_error "lamina time: GPU that does not exist" \
 expect_error "device_id without solver_mode GPU" "device_id is set but solver_mode is CPU" \
   "$lamina" train --solver cpu_device_id_solver.prototxt
 
-# Precisions: only those there are, only those available.
+# Precisions: only those there are.
 expect_error "--precision that is not one" "lamina: error: --precision 'tf16' is not a precision" \
   "$lamina" train --solver unknown_layer_solver.prototxt --precision tf16
 # FP16's loss scaling: its fields are checked, and refused where no layer runs in FP16.
@@ -46,7 +46,7 @@ scale_solver=$(solver_file loss_scale "" "loss_scale: 1024")
 expect_error "loss_scale without FP16" "the solver sets loss_scale, but no layer of the TRAIN net 'input_net' runs in FP16, so nothing would use it: remove it, or train in FP16" \
   "$lamina" train --solver "$scale_solver"
 zero_scale_solver=$(solver_file zero_scale "" "loss_scale: 0" "precision: FP16")
-expect_error "loss_scale 0" "zero_scale.prototxt:[0-9]*: loss_scale is 0; give the scale (> 0)" \
+expect_error "loss_scale 0" "zero_scale.prototxt:[0-9]*: loss_scale is 0; give the scale (at least 2^-24" \
   "$lamina" train --solver "$zero_scale_solver"
 expect_success "lamina time --precision fp16" "FP16 in x_FP16, fc; FP32 in y_FP32; FP32 (no FP16 path) in data, loss" \
   "$lamina" time --model input_net.prototxt --precision fp16 --iterations 1

@@ -146,6 +146,7 @@ class Solver {
     float scale = 1;         // the loss scale the next iteration's backward pass uses
     int32_t good_steps = 0;  // finite iterations in a row since it last changed
     int64_t skipped = 0;     // iterations skipped so far (gradients not finite)
+    bool last_skipped = false;  // the last iteration was
   };
   // Its state now (one host copy); an Error when the solver does not scale the loss.
   LossScaleState loss_scale_state() const;
@@ -252,16 +253,23 @@ class Solver {
   // Writes iter_ and scale_state_ into the step state (construction, restore); the rest it
   // computes itself.
   void upload_step_state();
+  // Writes iter_ alone into it (a direct step that failed puts its iteration back).
+  void upload_step_iteration();
   // FP16's dynamic loss scaling: on when the TRAIN net stores values in FP16 (refusing the
   // solver's loss_scale fields otherwise), its schedule, and the net's scaled loss gradient.
   void init_loss_scaling();
-  // ", loss scale = S (N iterations skipped)" for the display line ("" without scaling);
-  // a scale that has collapsed is a divergence, handled as `nonfinite` says.
+  // ", loss scale = S (N iterations skipped)" for the display line ("" without scaling),
+  // after check_loss_scale.
   std::string loss_scale_note();
+  // An iteration skipped at the smallest scale (the gradients are not finite at any scale)
+  // is a divergence, handled as `nonfinite` says.
+  void check_loss_scale(const LossScaleState& state);
   // The run's skipped iterations and the scale at its end, after `iterations` of training.
   void log_loss_scaling(int iterations);
   bool loss_scaling_ = false;
-  LossScaleState scale_state_;  // what upload_step_state writes (the start, or a restore)
+  // What upload_step_state writes: the start, or a restore (whose skipped count is kept
+  // for Adam's update count in any precision).
+  LossScaleState scale_state_;
   // The clipping norm if asked for, then advance_step: the loss into the ring, the update's
   // rate and scale, the step state's iteration + 1.
   void advance_step_state();

@@ -106,14 +106,20 @@ LAMINA_HOST_DEVICE inline bool is_finite_value(float x) {
   return (bits & 0x7f800000u) != 0x7f800000u;
 }
 
+// The smallest loss scale, 2^-24: halving stops there (the update's 1/scale stays finite).
+// An iteration skipped at this scale has gradients that are not finite at any scale: the
+// solver reports it as a divergence (Solver::check_loss_scale).
+constexpr float kSmallestLossScale = 1.0f / (1 << 24);
+
 // The advance of the loss scale after an iteration: halved (and the iteration skipped) when
-// its gradients are not finite, doubled after growth_interval finite ones in a row. A scale
-// that would overflow stays; one that reaches 0 stays 0 (the solver reports it).
+// its gradients are not finite, down to kSmallestLossScale; doubled after growth_interval
+// finite ones in a row, unless that would overflow.
 LAMINA_HOST_DEVICE inline void advance_loss_scale(int32_t growth_interval, bool finite,
                                                   StepState& state) {
   state.skip = finite ? 0 : 1;
   if (!finite) {
-    state.loss_scale *= 0.5f;
+    state.loss_scale = state.loss_scale * 0.5f < kSmallestLossScale ? kSmallestLossScale
+                                                                    : state.loss_scale * 0.5f;
     state.good_steps = 0;
     state.skipped += 1;
     return;

@@ -125,7 +125,7 @@ void Solver::check_finite(const Net::LayerStates& states_before, bool arenas) {
   const ParamInfo* bad_grad =
       loss_scaling_ ? nullptr : first_nonfinite_param(arena.table(), grads);
   if (std::isfinite(loss) && !bad_weight && !bad_grad) {
-    VLOG(1) << "iteration " << iter_ << ": weights . gradients overflowed (" << product
+    VLOG(1) << "iteration " << iter_ << ": the arenas' dot product overflowed (" << product
             << "); every value is finite";
     last_finite_check_ = iter_;
     return;

@@ -129,6 +129,11 @@ void Solver::upload_step_state() {
   backend_.copy_from_host(sizeof(StepState), &state, step_state_.get());
 }
 
+void Solver::upload_step_iteration() {
+  const int64_t iter = iter_;
+  backend_.copy_from_host(sizeof(iter), &iter, &step_state_.as<StepState>()->iter);
+}
+
 std::unique_ptr<Solver> Solver::from_file(const std::string& solver_path, Backend& backend,
                                           Communicator* workers) {
   return create(read_solver_parameter(solver_path), solver_path, backend, workers);
@@ -235,7 +240,7 @@ void Solver::step(int iters) {
     if (display && n > 0) {
       // weights . gradients is NaN or infinite when any weight or gradient is (x * NaN,
       // inf * 0, inf * x all are); it can also overflow, which check_finite tells apart.
-      // With loss scaling gradients may overflow (the update skips them): weights . weights.
+      // With loss scaling, weights . weights: gradients may overflow (the update skips them).
       const float* arena = net_->arena().data();
       backend_.dot(n, arena, loss_scaling_ ? arena : net_->arena().diff(),
                    loss_ring_.as<float>() + average);
@@ -244,8 +249,9 @@ void Solver::step(int iters) {
     if (display) {
       const float loss = smoothed_loss();
       loss_history_.push_back({iter_, loss});
+      const std::string scale = loss_scale_note();
       LOG(INFO) << "Iteration " << iter_ << ", loss = " << loss << ", lr = " << learning_rate()
-                << loss_scale_note();
+                << scale;
     }
     if (check) check_finite(states_before, display);
     apply_update();
@@ -309,13 +315,11 @@ void Solver::forward_backward_advance_passes() {
     try {
       last_backward();
     } catch (...) {
-      // (Not with loss scaling, which takes the path above: this upload would put its
-      // scale back to the last restore's.)
       // A direct step that fails puts the step state's iteration back (joined first; in a
       // recording nothing ran, and the upload is refused). The loss it recorded stays.
       try {
         backward_lanes.close();
-        upload_step_state();
+        upload_step_iteration();
       } catch (const Error&) {
       }
       throw;

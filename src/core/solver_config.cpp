@@ -16,7 +16,7 @@
 #include "lamina/common.hpp"
 #include "lamina/io.hpp"
 #include "lamina/lr_policy.hpp"
-#include "lamina/precision.hpp"
+#include "lamina/step_state.hpp"
 
 namespace lamina {
 namespace {
@@ -236,13 +236,9 @@ void check_run_fields(const Checker& c, const SolverParameter& p, const std::str
     c.require(p.test_interval() > 0, "test_initialization",
               "test_initialization is set but no test_interval says when to test");
 
-  try {
-    math_of(p.precision());
-  } catch (const Error& e) {
-    c.refuse("precision", e.what());
-  }
-  c.require(p.loss_scale() > 0, "loss_scale", "loss_scale is ", p.loss_scale(), "; give "
-            "the scale (> 0) FP16 training starts its loss gradient at (65536 when left out)");
+  c.require(p.loss_scale() >= kSmallestLossScale, "loss_scale", "loss_scale is ",
+            p.loss_scale(), "; give the scale (at least 2^-24, 5.96e-08) FP16 training starts "
+            "its loss gradient at (65536 when left out)");
   c.require(p.loss_scale_growth_interval() >= 1, "loss_scale_growth_interval",
             "loss_scale_growth_interval is ", p.loss_scale_growth_interval(), "; give the "
             "number (>= 1) of finite iterations in a row after which FP16 training doubles "

@@ -1,5 +1,6 @@
 // FP16 training's dynamic loss scaling in the solver (docs/precision.md): when it is on, what
-// the log says about it, and the check that it has not collapsed. The scale itself lives in
+// the log says about it, and the check that it has not collapsed (skips at the smallest
+// scale), at display iterations and at the end of training. The scale itself lives in
 // the step state and advances on the device (step_state.hpp's advance_loss_scale); the
 // update skips an iteration whose scaled gradients are not finite (Backend::update).
 #include <glog/logging.h>
@@ -7,19 +8,12 @@
 #include <sstream>
 
 #include "lamina/solver.hpp"
+#include "lamina/step_state.hpp"
 #include "solver_internal.hpp"
 
 namespace lamina {
 
 using solver_detail::NonFiniteError;
-
-namespace {
-
-// Below this the scale has halved from any sensible start through every iteration of a run
-// of a hundred or more: the gradients are not finite at any scale.
-constexpr float kSmallestLossScale = 1.0f / (1 << 24);
-
-}  // namespace
 
 void Solver::init_loss_scaling() {
   loss_scaling_ = net_->stores_fp16();
@@ -46,23 +40,31 @@ Solver::LossScaleState Solver::loss_scale_state() const {
                  "runs in FP16");
   StepState state;
   backend_.copy_to_host(sizeof(StepState), step_state_.get(), &state);
-  return {state.loss_scale, state.good_steps, state.skipped};
+  return {state.loss_scale, state.good_steps, state.skipped, state.skip != 0};
+}
+
+void Solver::check_loss_scale(const LossScaleState& s) {
+  // Skipped at the smallest scale: the gradients are not finite at any scale.
+  if (!s.last_skipped || s.scale > kSmallestLossScale) return;
+  const std::string message =
+      "training diverged at iteration " + std::to_string(iter_) + ": the gradients are not "
+      "finite at any loss scale (" + std::to_string(s.skipped) + " iterations skipped, the "
+      "last at the smallest scale, 2^-24, with the weights unchanged since the skips began): "
+      "some layer's backward pass gives NaN or infinity whatever the scale. Run that part of "
+      "the net in FP32 or BF16 (precision: on the layer or the solver), or look for NaN or "
+      "infinity in the data" + last_snapshot_note();
+  if (param_.nonfinite() == SolverParameter::STOP) throw NonFiniteError(message);
+  if (!nonfinite_seen_) LOG(ERROR) << message << " (training goes on: nonfinite is CONTINUE)";
+  nonfinite_seen_ = true;
 }
 
 std::string Solver::loss_scale_note() {
   if (!loss_scaling_) return {};
   const LossScaleState s = loss_scale_state();
+  check_loss_scale(s);
   std::ostringstream note;
   note << ", loss scale = " << s.scale << " (" << s.skipped << " iteration"
        << (s.skipped == 1 ? "" : "s") << " skipped)";
-  if (s.scale >= kSmallestLossScale) return note.str();
-  const std::string message =
-      "training diverged at iteration " + std::to_string(iter_) + ": the FP16 loss scale "
-      "fell to " + solver_detail::number(s.scale) + " after " + std::to_string(s.skipped) +
-      " skipped iterations: the gradients are not finite at any scale. " + divergence_advice();
-  if (param_.nonfinite() == SolverParameter::STOP) throw NonFiniteError(message);
-  if (!nonfinite_seen_) LOG(ERROR) << message << " (training goes on: nonfinite is CONTINUE)";
-  nonfinite_seen_ = true;
   return note.str();
 }
 
@@ -71,6 +73,7 @@ void Solver::log_loss_scaling(int iterations) {
   const LossScaleState s = loss_scale_state();
   LOG(INFO) << "FP16 loss scaling: " << s.skipped << " of " << iter_
             << " iterations skipped in all (gradients not finite); the scale is " << s.scale;
+  check_loss_scale(s);
 }
 
 }  // namespace lamina

@@ -173,8 +173,9 @@ SnapshotPaths Solver::snapshot() {
   if (test_net_) state.test_layers = test_net_->layer_states();
   state.algorithms = backend_.algorithm_choices();
   state.workers = workers();
-  if (loss_scaling_) {
-    const LossScaleState scale = loss_scale_state();
+  // The loss scale, or the skipped count of an earlier FP16 run that Adam's count keeps.
+  if (loss_scaling_ || scale_state_.skipped > 0) {
+    const LossScaleState scale = loss_scaling_ ? loss_scale_state() : scale_state_;
     state.has_loss_scale = true;
     state.loss_scale = scale.scale;
     state.good_steps = scale.good_steps;
@@ -281,15 +282,17 @@ void Solver::restore(const std::string& state_path) {
   backend_.copy_from_host(sizeof(float), &state.loss_sum, loss_sum_.get());
   loss_sum_count_ = state.loss_sum_count;
   iter_ = int(state.iteration);
-  if (loss_scaling_ && state.has_loss_scale) {
+  // The skipped count stays in any precision (Adam counts the updates made).
+  if (state.has_loss_scale) {
     scale_state_ = {state.loss_scale, int32_t(state.good_steps), state.skipped};
-  } else if (loss_scaling_) {
-    scale_state_ = {param_.loss_scale(), 0, 0};
-    LOG(INFO) << what << "it holds no loss scale (it was written by a run without FP16 "
-              << "layers); the scale starts at loss_scale, " << scale_state_.scale;
-  } else if (state.has_loss_scale) {
-    LOG(INFO) << what << "its FP16 loss scale (" << state.loss_scale << ") is not used: no "
-              << "layer of this net runs in FP16";
+    if (!loss_scaling_)
+      LOG(INFO) << what << "its FP16 loss scale (" << state.loss_scale << ") is not used: no "
+                << "layer of this net runs in FP16";
+  } else {
+    scale_state_ = {loss_scaling_ ? param_.loss_scale() : 1.0f, 0, 0};
+    if (loss_scaling_)
+      LOG(INFO) << what << "it holds no loss scale (it was written by a run without FP16 "
+                << "layers); the scale starts at loss_scale, " << scale_state_.scale;
   }
   upload_step_state();
   broadcast_weights();  // every worker read the same file; worker 0's are the job's

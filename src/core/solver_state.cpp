@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <set>
 
+#include "lamina/step_state.hpp"
+
 namespace lamina {
 namespace {
 
@@ -93,8 +95,9 @@ SolverState decode_solver_state(const SnapshotFile& file, const std::string& pat
     const std::vector<int64_t>& counts = get("loss_scale_counts", Type::kInt64, 2).ints;
     s.good_steps = counts[0];
     s.skipped = counts[1];
-    LAMINA_REQUIRE(std::isfinite(s.loss_scale) && s.loss_scale > 0, what, "loss_scale ",
-                   s.loss_scale, " is not a positive number; the file is damaged");
+    LAMINA_REQUIRE(std::isfinite(s.loss_scale) && s.loss_scale >= kSmallestLossScale, what,
+                   "loss_scale ", s.loss_scale, " is not a finite number of at least 2^-24; "
+                   "the file is damaged");
     LAMINA_REQUIRE(s.good_steps >= 0 && s.good_steps <= INT32_MAX && s.skipped >= 0 &&
                    s.skipped <= s.iteration, what, "loss_scale_counts (", s.good_steps, ", ",
                    s.skipped, ") are out of range; the file is damaged");
