@@ -4,10 +4,12 @@
 #     PyTorch's, eager and as a CUDA graph (bench/pytorch_mlp.py), in FP32, TF32, BF16 and
 #     FP16 (PyTorch: torch.autocast, FP16 with a GradScaler);
 #   - the MNIST MLP and LeNet of models/mnist trained for their default epochs by the mnist
-#     example in each precision, with their final test accuracy.
+#     example in each precision, with their final test accuracy;
+#   - a compute-bound convolutional net (bench/resnet_blocks.prototxt) on random data:
+#     bench/conv_bench against bench/pytorch_conv.py (channels-last, AMP), images/s.
 #
 #   bench/precision.sh BIN_DIR OUT_DIR [MNIST_DIR]   (from the repository root; BIN_DIR holds
-#                                                     mlp_bench and mnist)
+#                                                     mlp_bench, conv_bench and mnist)
 set -uo pipefail
 bin=$1
 out=$2
@@ -33,3 +35,7 @@ for model in mlp conv; do
     echo "mnist $model $precision: $(grep 'final test accuracy' "$out/mnist_${model}_$precision.txt")"
   done
 done
+"$bin/conv_bench" --gpu 0 --precisions fp32,tf32,bf16,fp16 2>&1 | tee "$out/conv_net.txt"
+if python3 -c "import torch" 2>/dev/null; then
+  python3 bench/pytorch_conv.py 2>&1 | tee "$out/pytorch_conv_net.txt"
+fi
