@@ -3,7 +3,8 @@
 convolution to 64 channels with batch normalisation and ReLU, 4 ResNet basic blocks of two
 3x3 convolutions at 64 channels and 32x32, global average pooling, a linear layer to 10
 classes, softmax cross-entropy) trained by PyTorch in channels-last memory on random data held
-on the GPU, SGD with momentum 0.9 (lr 0.01), cudnn.benchmark on.
+on the GPU, SGD with momentum 0.9 (lr 0.01), cudnn.benchmark on (--deterministic: cuDNN's
+deterministic algorithms only, as Lamina takes).
 
 Precisions: fp32 (TF32 off), tf32 (TF32 on for matmuls and cuDNN), bf16 and fp16
 (torch.autocast; fp16 with a GradScaler). Modes: eager, and graph (one training step captured
@@ -82,11 +83,15 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--precisions", default="fp32,tf32,bf16,fp16")
     parser.add_argument("--modes", default="eager,graph")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="cuDNN's deterministic algorithms only, as Lamina chooses")
     args = parser.parse_args()
     device = torch.device("cuda")
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.deterministic = args.deterministic
     print(f"PyTorch {torch.__version__} resnet_blocks (channels-last), batch {args.batch}, "
-          f"on {torch.cuda.get_device_name(0)}")
+          f"{'deterministic ' if args.deterministic else ''}cuDNN, on "
+          f"{torch.cuda.get_device_name(0)}")
     print(f"{'precision':>9} {'mode':>6} {'images/s':>12} {'ms/iter':>10}")
     gen = torch.Generator(device=device).manual_seed(1)
     x = (torch.rand(args.batch, 3, 32, 32, device=device, generator=gen) * 2 - 1)

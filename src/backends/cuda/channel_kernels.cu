@@ -2,10 +2,15 @@
 // batch normalisation, the per-channel affine map and per-channel sums.
 //
 // Reductions give each channel one block (block-stride over channels) that walks the channel's
-// outer * inner elements and sums them in double with kernel_util.cuh's block_sum: a fixed
-// tree, no atomics, so results are bit-identical run to run. Elementwise work multiplies and
+// outer * inner elements and sums them in double with kernel_util.cuh's block_sum; or, with
+// fewer channels than SMs and many elements each (batch normalisation of a convolution's
+// output), split each channel's images among about 8 blocks per SM (ChannelParts) and add
+// the parts' sums in order. A fixed tree either way, no atomics, so results are
+// bit-identical run to run. Elementwise work multiplies and
 // adds with explicit rounding (__fmul_rn, __fadd_rn) so that no fused multiply-add changes
 // the result from the Native backend's.
+#include <algorithm>
+
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
@@ -80,13 +85,61 @@ __global__ void running_statistics_kernel(int64_t channels, float eps, const flo
   }
 }
 
-// y = (x - mean[c]) * inv_std[c]; works in place.
-__global__ void batch_norm_forward_kernel(int64_t n, int64_t channels, int64_t inner,
-                                          const float* x, const float* mean,
-                                          const float* inv_std, float* y) {
-  LAMINA_GRID_STRIDE_LOOP(i, n) {
-    const int64_t c = (i / inner) % channels;
+// Elementwise operations on element i of channel c, for launch_channel_op.
+struct NormalizeOp {  // y = (x - mean[c]) * inv_std[c]; works in place
+  const float *x, *mean, *inv_std;
+  float* y;
+  __device__ void operator()(int64_t i, int64_t c) const {
     y[i] = __fmul_rn(__fsub_rn(x[i], mean[c]), inv_std[c]);
+  }
+};
+struct AffineOp {  // y = x * scale[c] + bias[c]; null scale means 1, null bias 0; in place
+  const float *x, *scale, *bias;
+  float* y;
+  __device__ void operator()(int64_t i, int64_t c) const {
+    const float sc = scale != nullptr ? scale[c] : 1.0f, b = bias != nullptr ? bias[c] : 0.0f;
+    y[i] = __fadd_rn(__fmul_rn(x[i], sc), b);
+  }
+};
+// dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)), with means[c] = mean_c(dy) and
+// means[channels + c] = mean_c(dy y); dx may be dy or y.
+struct NormalizeBackwardOp {
+  const float *y, *dy, *inv_std, *means;
+  int64_t channels;
+  float* dx;
+  __device__ void operator()(int64_t i, int64_t c) const {
+    dx[i] = __fmul_rn(inv_std[c], __fsub_rn(__fsub_rn(dy[i], means[c]),
+                                            __fmul_rn(y[i], means[channels + c])));
+  }
+};
+
+// op over every element: a block per row of inner values (a block-stride over the outer *
+// channels rows) finds the row's channel once; rows shorter than a warp take a grid-stride
+// loop that divides per element instead.
+template <class Op>
+__global__ void channel_rows_kernel(int64_t rows, int64_t channels, int64_t inner, Op op) {
+  LAMINA_BLOCK_STRIDE_LOOP(r, rows) {
+    const int64_t c = r % channels, base = r * inner;
+    LAMINA_THREAD_STRIDE_LOOP(j, inner) op(base + j, c);
+  }
+}
+
+template <class Op>
+__global__ void channel_elements_kernel(int64_t n, int64_t channels, int64_t inner, Op op) {
+  LAMINA_GRID_STRIDE_LOOP(i, n) op(i, (i / inner) % channels);
+}
+
+template <class Op>
+void launch_channel_op(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner,
+                       const Op& op) {
+  const int64_t rows = outer * channels, n = rows * inner;
+  if (n == 0) return;
+  if (inner >= 32) {
+    channel_rows_kernel<<<row_grid(rows), row_block(inner), 0, s>>>(rows, channels, inner, op);
+    LAMINA_CUDA_LAUNCHED(channel_rows_kernel);
+  } else {
+    channel_elements_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, channels, inner, op);
+    LAMINA_CUDA_LAUNCHED(channel_elements_kernel);
   }
 }
 
@@ -114,17 +167,6 @@ __global__ void batch_norm_backward_kernel(int64_t outer, int64_t channels, int6
   }
 }
 
-// y = x * scale[c] + bias[c]; null scale means 1, null bias 0. Works in place.
-__global__ void channel_affine_kernel(int64_t n, int64_t channels, int64_t inner,
-                                      const float* x, const float* scale, const float* bias,
-                                      float* y) {
-  LAMINA_GRID_STRIDE_LOOP(i, n) {
-    const int64_t c = (i / inner) % channels;
-    const float s = scale != nullptr ? scale[c] : 1.0f, b = bias != nullptr ? bias[c] : 0.0f;
-    y[i] = __fadd_rn(__fmul_rn(x[i], s), b);
-  }
-}
-
 // out[c] += the sum of a * b (b null: of a) over the channel, in double.
 __global__ void channel_reduce_kernel(int64_t outer, int64_t channels, int64_t inner,
                                       const float* a, const float* b, float* out) {
@@ -143,44 +185,127 @@ __global__ void channel_reduce_kernel(int64_t outer, int64_t channels, int64_t i
   }
 }
 
-// channel_reduce for few channels with many elements each (a convolution's bias gradient):
-// block (c, part) sums channel c over the images [part * per_part, (part + 1) * per_part)
-// into partial[c * parts + part]; channel_parts_kernel then adds a channel's parts in order.
+// The sums' terms of channel c's element i (index into the (outer, channels, inner) array),
+// added into sum[0..kSums).
+struct PlainTerms {  // a
+  static constexpr int kSums = 1;
+  const float* a;
+  __device__ void operator()(int64_t i, int64_t, double* sum) const { sum[0] += a[i]; }
+};
+struct ProductTerms {  // a b
+  static constexpr int kSums = 1;
+  const float *a, *b;
+  __device__ void operator()(int64_t i, int64_t, double* sum) const {
+    sum[0] += static_cast<double>(a[i]) * b[i];
+  }
+};
+struct DeviationTerms {  // (x - mu[c])^2, mu in double
+  static constexpr int kSums = 1;
+  const float* x;
+  const double* mu;
+  __device__ void operator()(int64_t i, int64_t c, double* sum) const {
+    const double d = x[i] - mu[c];
+    sum[0] += d * d;
+  }
+};
+struct GradientTerms {  // dy and dy y: batch normalisation's backward pass
+  static constexpr int kSums = 2;
+  const float *dy, *y;
+  __device__ void operator()(int64_t i, int64_t, double* sum) const {
+    sum[0] += dy[i];
+    sum[1] += static_cast<double>(dy[i]) * y[i];
+  }
+};
+
+// Block (c, part) sums channel c's terms over the images [part * per_part, (part + 1) *
+// per_part) into partial[(k * channels + c) * parts + part] for each sum k.
+template <class Terms>
 __global__ void channel_partial_kernel(int64_t outer, int64_t channels, int64_t inner,
-                                       int64_t per_part, const float* a, const float* b,
-                                       double* partial) {
-  const int64_t c = blockIdx.x, part = blockIdx.y;
+                                       int64_t per_part, Terms terms, double* partial) {
+  const int64_t c = blockIdx.x, part = blockIdx.y, parts = gridDim.y;
   const int64_t end = min(outer, (part + 1) * per_part);
-  double sum = 0;
+  double sum[Terms::kSums] = {};
   for (int64_t o = part * per_part; o < end; ++o) {
     const int64_t base = (o * channels + c) * inner;
-    if (b == nullptr) {
-      LAMINA_THREAD_STRIDE_LOOP(j, inner) sum += a[base + j];
-    } else {
-      LAMINA_THREAD_STRIDE_LOOP(j, inner) sum += static_cast<double>(a[base + j]) * b[base + j];
-    }
+    LAMINA_THREAD_STRIDE_LOOP(j, inner) terms(base + j, c, sum);
   }
-  sum = block_sum(sum);
-  if (threadIdx.x == 0) partial[c * gridDim.y + part] = sum;
+#pragma unroll
+  for (int k = 0; k < Terms::kSums; ++k) {
+    const double total = block_sum(sum[k]);
+    if (threadIdx.x == 0) partial[(k * channels + c) * parts + part] = total;
+  }
+}
+
+// The sum of channel c's parts of sum k, in order.
+__device__ double sum_of_parts(int64_t channels, int parts, const double* partial, int k,
+                               int64_t c) {
+  double sum = 0;
+  for (int p = 0; p < parts; ++p) sum += partial[(k * channels + c) * parts + p];
+  return sum;
 }
 
 __global__ void channel_parts_kernel(int64_t channels, int parts, const double* partial,
                                      float* out) {
   LAMINA_GRID_STRIDE_LOOP(c, channels) {
-    double sum = 0;
-    for (int p = 0; p < parts; ++p) sum += partial[c * parts + p];
-    out[c] += static_cast<float>(sum);
+    out[c] += static_cast<float>(sum_of_parts(channels, parts, partial, 0, c));
   }
+}
+
+// mu[c] = the sum / m in double, mean[c] the same rounded once.
+__global__ void channel_mean_kernel(int64_t channels, int parts, double m,
+                                    const double* partial, double* mu, float* mean) {
+  LAMINA_GRID_STRIDE_LOOP(c, channels) {
+    mu[c] = sum_of_parts(channels, parts, partial, 0, c) / m;
+    mean[c] = static_cast<float>(mu[c]);
+  }
+}
+
+__global__ void channel_var_kernel(int64_t channels, int parts, double m, const double* partial,
+                                   float* var) {
+  LAMINA_GRID_STRIDE_LOOP(c, channels) {
+    var[c] = static_cast<float>(sum_of_parts(channels, parts, partial, 0, c) / m);
+  }
+}
+
+// means[c] = mean_c(dy), means[channels + c] = mean_c(dy y), each rounded once.
+__global__ void gradient_means_kernel(int64_t channels, int parts, double m,
+                                      const double* partial, float* means) {
+  LAMINA_GRID_STRIDE_LOOP(c, channels) {
+    means[c] = static_cast<float>(sum_of_parts(channels, parts, partial, 0, c) / m);
+    means[channels + c] = static_cast<float>(sum_of_parts(channels, parts, partial, 1, c) / m);
+  }
+}
+
+// How a per-channel reduction is split: `parts` blocks per channel of per_part images each,
+// or none (parts 0: a block per channel). Split when there are fewer channels than SMs and
+// each has many elements, into about 8 blocks per SM in all: enough loads in flight to run
+// at the memory's speed (a block per channel of 64 channels left half the SMs idle).
+struct ChannelParts {
+  int parts = 0;
+  int64_t per_part = 0;
+  ChannelParts(int64_t outer, int64_t channels, int64_t inner, int64_t sms) {
+    if (channels >= sms || outer < 2 || inner < 32 || outer * inner < 8192) return;
+    const int64_t wanted = std::min(outer, (8 * sms + channels - 1) / channels);
+    per_part = (outer + wanted - 1) / wanted;
+    parts = static_cast<int>((outer + per_part - 1) / per_part);
+  }
+  dim3 grid(int64_t channels) const {
+    return dim3(static_cast<unsigned>(channels), static_cast<unsigned>(parts));
+  }
+};
+
+template <class Terms>
+void launch_partial(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner,
+                    const ChannelParts& split, const Terms& terms, double* partial) {
+  channel_partial_kernel<<<split.grid(channels), row_block(inner), 0, s>>>(
+      outer, channels, inner, split.per_part, terms, partial);
+  LAMINA_CUDA_LAUNCHED(channel_partial_kernel);
 }
 
 // y = (x - mean[c]) * inv_std[c] over (outer, channels, inner).
 void normalize(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, const float* x,
                const float* mean, const float* inv_std, float* y) {
-  const int64_t n = outer * channels * inner;
-  if (n == 0) return;
-  batch_norm_forward_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, channels, inner, x, mean,
-                                                                  inv_std, y);
-  LAMINA_CUDA_LAUNCHED(batch_norm_forward_kernel);
+  launch_channel_op(s, outer, channels, inner, NormalizeOp{x, mean, inv_std, y});
 }
 
 }  // namespace
@@ -194,9 +319,27 @@ void CudaBackend::channel_moments(int64_t outer, int64_t channels, int64_t inner
     fill(channels, 0.0f, var);
     return;
   }
-  channel_moments_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels, inner,
-                                                                      x, mean, var);
-  LAMINA_CUDA_LAUNCHED(channel_moments_kernel);
+  const ChannelParts split(outer, channels, inner, context_.sm_count());
+  if (split.parts == 0) {
+    channel_moments_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels, inner,
+                                                                        x, mean, var);
+    LAMINA_CUDA_LAUNCHED(channel_moments_kernel);
+    return;
+  }
+  // The parts' sums, then the means in double (mu), then the squared deviations from them.
+  const int64_t partials = channels * split.parts;
+  auto* partial =
+      static_cast<double*>(context_.workspace(sizeof(double) * (partials + channels)));
+  double* mu = partial + partials;
+  const double m = static_cast<double>(outer * inner);
+  launch_partial(s, outer, channels, inner, split, PlainTerms{x}, partial);
+  channel_mean_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts, m,
+                                                                    partial, mu, mean);
+  LAMINA_CUDA_LAUNCHED(channel_mean_kernel);
+  launch_partial(s, outer, channels, inner, split, DeviationTerms{x, mu}, partial);
+  channel_var_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts, m,
+                                                                   partial, var);
+  LAMINA_CUDA_LAUNCHED(channel_var_kernel);
 }
 
 void CudaBackend::batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
@@ -226,45 +369,51 @@ void CudaBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t i
                                       float* dx) {
   const cudaStream_t s = on_device();
   if (outer * channels * inner == 0) return;
-  batch_norm_backward_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(
-      outer, channels, inner, y, dy, inv_std, dx);
-  LAMINA_CUDA_LAUNCHED(batch_norm_backward_kernel);
+  const ChannelParts split(outer, channels, inner, context_.sm_count());
+  if (split.parts == 0) {
+    batch_norm_backward_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(
+        outer, channels, inner, y, dy, inv_std, dx);
+    LAMINA_CUDA_LAUNCHED(batch_norm_backward_kernel);
+    return;
+  }
+  // The parts' sums of dy and dy y, the channels' means of both, then dx elementwise.
+  const int64_t partials = 2 * channels * split.parts;
+  auto* partial = static_cast<double*>(
+      context_.workspace(sizeof(double) * partials + sizeof(float) * 2 * channels));
+  auto* means = reinterpret_cast<float*>(partial + partials);
+  launch_partial(s, outer, channels, inner, split, GradientTerms{dy, y}, partial);
+  gradient_means_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
+      channels, split.parts, static_cast<double>(outer * inner), partial, means);
+  LAMINA_CUDA_LAUNCHED(gradient_means_kernel);
+  launch_channel_op(s, outer, channels, inner,
+                    NormalizeBackwardOp{y, dy, inv_std, means, channels, dx});
 }
 
 void CudaBackend::channel_affine(int64_t outer, int64_t channels, int64_t inner,
                                  const float* x, const float* scale, const float* bias,
                                  float* y) {
-  const cudaStream_t s = on_device();
-  const int64_t n = outer * channels * inner;
-  if (n == 0) return;
-  channel_affine_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, channels, inner, x, scale,
-                                                              bias, y);
-  LAMINA_CUDA_LAUNCHED(channel_affine_kernel);
+  launch_channel_op(on_device(), outer, channels, inner, AffineOp{x, scale, bias, y});
 }
 
 void CudaBackend::channel_reduce(int64_t outer, int64_t channels, int64_t inner,
                                  const float* a, const float* b, float* out) {
   const cudaStream_t s = on_device();
   if (channels <= 0 || outer * inner == 0) return;
-  // A block per channel keeps the device busy when there are enough channels, or little to
-  // sum; otherwise each channel's images are split among blocks (about two per SM in all).
-  const int64_t sms = context_.sm_count();
-  if (channels >= sms || outer < 2 || inner < 32 || outer * inner < 8192) {
+  const ChannelParts split(outer, channels, inner, context_.sm_count());
+  if (split.parts == 0) {
     channel_reduce_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels, inner,
                                                                        a, b, out);
     LAMINA_CUDA_LAUNCHED(channel_reduce_kernel);
     return;
   }
-  const int64_t wanted = std::min(outer, (2 * sms + channels - 1) / channels);
-  const int64_t per_part = (outer + wanted - 1) / wanted;
-  const int parts = static_cast<int>((outer + per_part - 1) / per_part);
-  auto* partial = static_cast<double*>(context_.workspace(sizeof(double) * channels * parts));
-  const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(parts));
-  channel_partial_kernel<<<grid, row_block(inner), 0, s>>>(outer, channels, inner, per_part, a,
-                                                           b, partial);
-  LAMINA_CUDA_LAUNCHED(channel_partial_kernel);
-  channel_parts_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, parts, partial,
-                                                                     out);
+  auto* partial =
+      static_cast<double*>(context_.workspace(sizeof(double) * channels * split.parts));
+  if (b == nullptr)
+    launch_partial(s, outer, channels, inner, split, PlainTerms{a}, partial);
+  else
+    launch_partial(s, outer, channels, inner, split, ProductTerms{a, b}, partial);
+  channel_parts_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts,
+                                                                     partial, out);
   LAMINA_CUDA_LAUNCHED(channel_parts_kernel);
 }
 
