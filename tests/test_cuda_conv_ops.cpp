@@ -310,6 +310,10 @@ const ChannelShape kChannelShapes[] = {
     {1, 5, 3000},     // one image
     {8, 16, 14 * 14}, // a realistic layer
     {2, 700, 3},      // many channels
+    // Few channels with many elements each: the CUDA reductions split each channel's images
+    // among blocks (ChannelParts): with 132 SMs into 17 parts of 59 images, the last of 56.
+    {1000, 64, 32},
+    {3, 4, 4000},     // as many parts as images
 };
 
 TEST_F(CudaConvOpsTest, BatchNorm) {
