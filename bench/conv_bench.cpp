@@ -5,8 +5,8 @@
 // choice, capture), then --repeats runs of --iterations iterations, each timed with the device
 // synchronized before the clock is read; the median is printed in images/s, with the rate the
 // convolutions' FLOPs reach over the whole step (a convolution's forward pass is 2 n k (c /
-// groups) kh kw oh ow multiply-adds; training does it three times, twice for one whose input
-// needs no gradient). bench/pytorch_conv.py trains the same net in PyTorch.
+// groups) kh kw oh ow FLOPs, two per multiply-add; training does it three times, twice for
+// one whose input needs no gradient). bench/pytorch_conv.py trains the same net in PyTorch.
 //   conv_bench [--gpu 0] [--batch 256] [--iterations 50] [--repeats 5]
 //              [--precisions fp32,tf32,bf16] [--model FILE] [--no-cuda-graph]
 #include <CLI/CLI.hpp>

@@ -332,5 +332,22 @@ TEST(TrainingInBf16, MasterWeightsStayFp32AndTheNetTrains) {
   }
 }
 
+// Weights written behind the solver's back (a program, a load) reach the BF16 copy at the
+// next step() call: zero weights and biases give every class the same score, a loss of ln 5.
+TEST(TrainingInBf16, WeightsWrittenBetweenStepsReachTheCopy) {
+  NativeBackend native;
+  SolverParameter sp = parse_solver_parameter("base_lr: 0.2 random_seed: 3", "solver");
+  sp.set_precision(BF16);
+  Solver solver(sp, parse_net_parameter(kMlp, "net"), native);
+  solver.net().blob("data").copy_data_from_host(random_values(8 * 24, 13));
+  solver.net().blob("label").copy_data_from_host({0, 2, 1, 4, 3, 0, 1, 2});
+  solver.step(1);
+  ASSERT_GT(std::abs(solver.net().loss() - std::log(5.0f)), 1e-2);
+  ParamArena& arena = solver.net().arena();
+  arena.from_host(std::vector<float>(arena.count(), 0.0f), arena.data());
+  solver.step(1);
+  EXPECT_NEAR(solver.net().loss(), std::log(5.0f), 1e-6);
+}
+
 }  // namespace
 }  // namespace lamina

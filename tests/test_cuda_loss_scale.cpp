@@ -2,7 +2,8 @@
 // gradients overflow in chosen iterations, trained on both. The scale, its counters and the
 // skipped iterations must be the same on both, a skipped iteration must leave the GPU's
 // weights unchanged bit for bit, and the weights must stay within FP16's precision of the
-// CPU's; the update writes their FP16 copy. Skips (with the reason) without a GPU.
+// CPU's; the update writes their FP16 copy. And the update kernels without a four-float
+// path write the weights' BF16 copy too. Skips (with the reason) without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -57,6 +58,25 @@ TEST(CudaLossScaling, SkipsAndScalesAsTheCpuDoes) {
   for (const ParamInfo& info : arena.table()) {
     for (int64_t i = info.offset; i < info.offset + info.count; ++i)
       ASSERT_EQ(copy[i], float_to_fp16(w[i])) << info.name << " at " << i - info.offset;
+  }
+}
+
+// The update rules without a four-float kernel (Adam here) write the weights' BF16 copy from
+// their one-float kernel: the rounded weights, bit for bit.
+TEST(CudaHalfCopy, TheOneFloatUpdateWritesTheBf16Copy) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(cuda);
+  const SolverParameter param = parse_solver_parameter(
+      "base_lr: 0.01 type: \"Adam\" random_seed: 3 precision: BF16", "solver");
+  Solver solver(param, testing::boosted_mlp(""), *cuda);
+  testing::feed(solver);
+  solver.step(5);
+  ParamArena& arena = solver.net().arena();
+  std::vector<uint16_t> copy(arena.count());
+  cuda->copy_to_host(sizeof(uint16_t) * copy.size(), arena.half_copy(Half::kBF16), copy.data());
+  const std::vector<float> w = arena.to_host(arena.data());
+  for (const ParamInfo& info : arena.table()) {
+    for (int64_t i = info.offset; i < info.offset + info.count; ++i)
+      ASSERT_EQ(copy[i], float_to_bf16(w[i])) << info.name << " at " << i - info.offset;
   }
 }
 

@@ -80,6 +80,16 @@ TEST(AdvanceLossScale, FollowsAHandComputedSequence) {
   scaled.grad_sumsq = 64;
   advance_step_values(clip, scaled);
   EXPECT_EQ(scaled.grad_scale, 0.125f);
+  // At the smallest scale a skip leaves it there and says so (skip 2): a halving that lands
+  // on it is an ordinary skip (1).
+  StepState low;
+  low.loss_scale = std::ldexp(1.0f, -23);
+  for (int32_t expected_skip : {1, 2, 2}) {
+    low.grad_sumsq = inf;
+    advance_step_values(s, low);
+    EXPECT_EQ(low.skip, expected_skip);
+    EXPECT_EQ(low.loss_scale, kSmallestLossScale);
+  }
   // A scale that would overflow stays.
   StepSchedule every;
   every.growth_interval = 1;
@@ -250,17 +260,19 @@ TEST(LossScaling, AResumedRunRepeatsAnUninterruptedOne) {
   EXPECT_EQ(sb.skipped, 3);
 }
 
-// Gradients that overflow at every scale halve it every iteration, down to 2^-24: a skip
-// there stops training with the reason, at the next display, or at the end of training
-// without display. The scale never goes below 2^-24, so a snapshot of it restores.
+// Gradients that overflow at every scale halve it every iteration, down to 2^-24: a skipped
+// iteration that ran there stops training with the reason, at the next display, or at the
+// end of training without display. The scale never goes below 2^-24, so a snapshot of it
+// restores.
 TEST(LossScaling, AScaleThatCollapsesStopsTrainingWithTheReason) {
   NativeBackend native;
   Solver solver(fp16_solver("display: 1", 2e-7f), boosted_mlp("0,1,2,3,4,5,6,7,8,9"), native);
   feed(solver);
   const std::string error = testing::error_of([&] { solver.step(10); });
-  EXPECT_THAT(error, HasSubstr("training diverged at iteration 1: the gradients are not "
-                               "finite at any loss scale (2 iterations skipped, the last at the "
-                               "smallest scale, 2^-24"));
+  // Iterations 0 and 1 ran at 2e-7 and 1e-7 (halved onto 2^-24), iteration 2 at 2^-24.
+  EXPECT_THAT(error, HasSubstr("training diverged at iteration 2: the gradients are not "
+                               "finite at any loss scale (3 iterations skipped in all, the last "
+                               "at the smallest scale, 2^-24)"));
   EXPECT_THAT(error, HasSubstr("Run that part of the net in FP32 or BF16"));
   EXPECT_EQ(solver.loss_scale_state().scale, std::ldexp(1.0f, -24));
 

@@ -70,8 +70,9 @@ class ParamArena {
   bool has_half_copy() const { return half_copy_.get() != nullptr; }
   Half half_format() const { return half_format_; }  // the copy's, once it has one
   // Rounds every weight into the 16-bit copy, one pass over the arena (no-op without one).
-  // Net::forward runs it first, so the copy always matches the weights however they were
-  // last written (an update, a snapshot, a broadcast).
+  // A net without a solver runs it before each forward pass; in training the update writes
+  // the copy and the solver runs this where weights are written otherwise (a restore, a
+  // broadcast, before each step() and test() call; docs/precision.md).
   void refresh_half_copy();
 
   // The arena as the fused update reads it: the segment table (offset, count, lr_mult,

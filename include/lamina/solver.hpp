@@ -146,7 +146,7 @@ class Solver {
     float scale = 1;         // the loss scale the next iteration's backward pass uses
     int32_t good_steps = 0;  // finite iterations in a row since it last changed
     int64_t skipped = 0;     // iterations skipped so far (gradients not finite)
-    bool last_skipped = false;  // the last iteration was
+    bool skipped_at_smallest = false;  // the last iteration ran at 2^-24 and was skipped
   };
   // Its state now (one host copy); an Error when the solver does not scale the loss.
   LossScaleState loss_scale_state() const;
@@ -261,8 +261,8 @@ class Solver {
   // ", loss scale = S (N iterations skipped)" for the display line ("" without scaling),
   // after check_loss_scale.
   std::string loss_scale_note();
-  // An iteration skipped at the smallest scale (the gradients are not finite at any scale)
-  // is a divergence, handled as `nonfinite` says.
+  // An iteration skipped that ran at the smallest scale (the gradients are not finite at any
+  // scale) is a divergence, handled as `nonfinite` says.
   void check_loss_scale(const LossScaleState& state);
   // The run's skipped iterations and the scale at its end, after `iterations` of training.
   void log_loss_scaling(int iterations);

@@ -77,7 +77,7 @@ struct StepState {
   // halves. After growth_interval finite iterations in a row it doubles.
   float loss_scale = 1;
   int32_t good_steps = 0;  // finite iterations since the scale last changed
-  int32_t skip = 0;        // 1: the next update is skipped
+  int32_t skip = 0;        // the next update is skipped: 1, or 2 when it ran at the smallest scale
   int64_t skipped = 0;     // iterations skipped so far
 };
 
@@ -107,8 +107,8 @@ LAMINA_HOST_DEVICE inline bool is_finite_value(float x) {
 }
 
 // The smallest loss scale, 2^-24: halving stops there (the update's 1/scale stays finite).
-// An iteration skipped at this scale has gradients that are not finite at any scale: the
-// solver reports it as a divergence (Solver::check_loss_scale).
+// An iteration skipped that ran at this scale (skip 2) has gradients that are not finite at
+// any scale: the solver reports it as a divergence (Solver::check_loss_scale).
 constexpr float kSmallestLossScale = 1.0f / (1 << 24);
 
 // The advance of the loss scale after an iteration: halved (and the iteration skipped) when
@@ -116,7 +116,7 @@ constexpr float kSmallestLossScale = 1.0f / (1 << 24);
 // finite ones in a row, unless that would overflow.
 LAMINA_HOST_DEVICE inline void advance_loss_scale(int32_t growth_interval, bool finite,
                                                   StepState& state) {
-  state.skip = finite ? 0 : 1;
+  state.skip = finite ? 0 : (state.loss_scale <= kSmallestLossScale ? 2 : 1);
   if (!finite) {
     state.loss_scale = state.loss_scale * 0.5f < kSmallestLossScale ? kSmallestLossScale
                                                                     : state.loss_scale * 0.5f;

@@ -133,7 +133,7 @@ class Tensor {
   const uint16_t* half_diff() const { return diff_->get_half(); }
   uint16_t* mutable_half_diff() { return diff_->mutable_get_half(); }
   // A parameter's 16-bit copy of its FP32 values, which layers running in 16 bits read
-  // (bound by the net, refreshed from the FP32 weights before each forward pass).
+  // (bound by the net; ParamArena::refresh_half_copy says when it is written).
   const uint16_t* half_copy() const;
   Memory& data_memory() { return *data_; }
   Memory& diff_memory() { return *diff_; }

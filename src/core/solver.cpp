@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstddef>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -80,7 +81,6 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
     args_.half_format = arena.half_format();
     net_->half_copy_kept_by_update();
     if (test_net_) test_net_->half_copy_kept_by_update();
-    net_->refresh_half_weights();
   }
   // The optimizer's state lives in the arena: Adam and AdamW keep two moments, the others
   // one history.
@@ -89,6 +89,7 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
   step_state_ = Buffer(backend, sizeof(StepState));
   init_loss_scaling();  // before join_workers, which plans the update by it
   if (comm_) join_workers();
+  net_->refresh_half_weights();  // of the weights as they are now (worker 0's, in a job)
 
   loss_ring_ = Buffer(backend, sizeof(float) * (param.average_loss() + 1));
   backend.zero(loss_ring_.bytes(), loss_ring_.get());
@@ -131,7 +132,8 @@ void Solver::upload_step_state() {
 
 void Solver::upload_step_iteration() {
   const int64_t iter = iter_;
-  backend_.copy_from_host(sizeof(iter), &iter, &step_state_.as<StepState>()->iter);
+  backend_.copy_from_host(sizeof(iter), &iter,
+                          step_state_.as<char>() + offsetof(StepState, iter));
 }
 
 std::unique_ptr<Solver> Solver::from_file(const std::string& solver_path, Backend& backend,

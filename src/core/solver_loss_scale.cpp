@@ -1,6 +1,6 @@
 // FP16 training's dynamic loss scaling in the solver (docs/precision.md): when it is on, what
-// the log says about it, and the check that it has not collapsed (skips at the smallest
-// scale), at display iterations and at the end of training. The scale itself lives in
+// the log says about it, and the check that it has not collapsed (an iteration skipped that
+// ran at the smallest scale), at display iterations and at the end of training. The scale itself lives in
 // the step state and advances on the device (step_state.hpp's advance_loss_scale); the
 // update skips an iteration whose scaled gradients are not finite (Backend::update).
 #include <glog/logging.h>
@@ -40,19 +40,18 @@ Solver::LossScaleState Solver::loss_scale_state() const {
                  "runs in FP16");
   StepState state;
   backend_.copy_to_host(sizeof(StepState), step_state_.get(), &state);
-  return {state.loss_scale, state.good_steps, state.skipped, state.skip != 0};
+  return {state.loss_scale, state.good_steps, state.skipped, state.skip == 2};
 }
 
 void Solver::check_loss_scale(const LossScaleState& s) {
-  // Skipped at the smallest scale: the gradients are not finite at any scale.
-  if (!s.last_skipped || s.scale > kSmallestLossScale) return;
+  if (!s.skipped_at_smallest) return;
   const std::string message =
       "training diverged at iteration " + std::to_string(iter_) + ": the gradients are not "
-      "finite at any loss scale (" + std::to_string(s.skipped) + " iterations skipped, the "
-      "last at the smallest scale, 2^-24, with the weights unchanged since the skips began): "
-      "some layer's backward pass gives NaN or infinity whatever the scale. Run that part of "
-      "the net in FP32 or BF16 (precision: on the layer or the solver), or look for NaN or "
-      "infinity in the data" + last_snapshot_note();
+      "finite at any loss scale (" + std::to_string(s.skipped) + " iterations skipped in all, "
+      "the last at the smallest scale, 2^-24): some layer's backward pass gives NaN or "
+      "infinity whatever the scale. Run that part of the net in FP32 or BF16 (precision: on "
+      "the layer or the solver), or look for NaN or infinity in the data" +
+      last_snapshot_note();
   if (param_.nonfinite() == SolverParameter::STOP) throw NonFiniteError(message);
   if (!nonfinite_seen_) LOG(ERROR) << message << " (training goes on: nonfinite is CONTINUE)";
   nonfinite_seen_ = true;

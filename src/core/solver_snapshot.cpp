@@ -271,7 +271,6 @@ void Solver::restore(const std::string& state_path) {
     }
   }
   arena.from_host(weights, arena.data());
-  net_->refresh_half_weights();
   backend_.reuse_algorithm_choices(state.algorithms);
   // The next step and test run directly before they are recorded again: a plan the choices
   // replaced is made then, not while recording.
@@ -296,6 +295,7 @@ void Solver::restore(const std::string& state_path) {
   }
   upload_step_state();
   broadcast_weights();  // every worker read the same file; worker 0's are the job's
+  net_->refresh_half_weights();
   if (state.seed != seed_)
     LOG(INFO) << "the snapshot's seed " << state.seed << " replaces " << seed_
               << " (the layers' random states come from the snapshot)";

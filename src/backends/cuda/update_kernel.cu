@@ -16,6 +16,8 @@
 // and elements past the segment's end (padding) keep their values. The cost
 // does not grow with the number of parameters. The formulas are backend.hpp's, written in
 // the same order as the Native backend's so results agree to float rounding.
+#include <glog/logging.h>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -196,6 +198,7 @@ void with_rule(UpdateRule rule, F&& f) {
     case R::kRMSProp: return f(std::integral_constant<R, R::kRMSProp>{});
     case R::kAdaGrad: return f(std::integral_constant<R, R::kAdaGrad>{});
   }
+  LOG(FATAL) << "update rule " << static_cast<int>(rule) << " has no kernel";
 }
 
 __global__ void advance_step_kernel(StepSchedule schedule, StepState* state) {
