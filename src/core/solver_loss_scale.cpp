@@ -1,8 +1,8 @@
-// FP16 training's dynamic loss scaling in the solver (docs/precision.md): when it is on, what
-// the log says about it, and the check that it has not collapsed (an iteration skipped that
-// ran at the smallest scale), at display iterations and at the end of training. The scale itself lives in
-// the step state and advances on the device (step_state.hpp's advance_loss_scale); the
-// update skips an iteration whose scaled gradients are not finite (Backend::update).
+// FP16 training's dynamic loss scaling in the solver (docs/precision.md): when it is on, what the
+// log says about it, and the check that it has not collapsed (an iteration skipped that ran at the
+// smallest scale), at display iterations and at the end of training. The scale itself lives in the
+// step state and advances on the device (step_state.hpp's advance_loss_scale); the update skips an
+// iteration whose scaled gradients are not finite (Backend::update).
 #include <glog/logging.h>
 
 #include <sstream>

@@ -38,7 +38,8 @@ constexpr int kFinishBlock = 256;        // threads of the block that adds them
 // one by one. At most 32 registers, so that all 1024 blocks of a large n fit on the device
 // at once (8 per SM): at 34 registers, 6 fitted and the rest ran as a second wave.
 template <bool kVector>
-__global__ void __launch_bounds__(kBlock, 2048 / kBlock) dot_partial_kernel(int64_t n, const float* x, const float* y, double* partial) {
+__global__ void __launch_bounds__(kBlock, 2048 / kBlock)
+    dot_partial_kernel(int64_t n, const float* x, const float* y, double* partial) {
   double sum = 0;
   if constexpr (kVector) {
     const float4* x4 = reinterpret_cast<const float4*>(x);
