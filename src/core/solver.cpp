@@ -6,8 +6,8 @@
 
 #include <chrono>
 #include <climits>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <filesystem>
 #include <optional>
 #include <random>
