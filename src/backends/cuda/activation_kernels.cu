@@ -19,12 +19,13 @@ using Array = typename S::Stored*;
 template <class S>
 using ConstArray = const typename S::Stored*;
 
+// ReLU, the activation between most layers, loads kUnroll elements per thread before it
+// writes (kernel_util.cuh's unrolled_elements; launched on unrolled_grid).
 template <class S>
 __global__ void relu_forward_kernel(int64_t n, float slope, ConstArray<S> x, Array<S> y) {
-  LAMINA_GRID_STRIDE_LOOP(i, n) {
-    const float v = S::load(x[i]);
-    y[i] = S::store(v > 0 ? v : slope * v);
-  }
+  unrolled_elements<float>(
+      n, [&](int64_t i) { return S::load(x[i]); },
+      [&](int64_t i, float v) { y[i] = S::store(v > 0 ? v : slope * v); });
 }
 
 template <class S>
@@ -40,9 +41,9 @@ __global__ void tanh_forward_kernel(int64_t n, ConstArray<S> x, Array<S> y) {
 template <class S>
 __global__ void relu_backward_kernel(int64_t n, float slope, ConstArray<S> y, ConstArray<S> dy,
                                      Array<S> dx) {
-  LAMINA_GRID_STRIDE_LOOP(i, n) {
-    dx[i] = S::store(relu_backward_value(S::load(y[i]), S::load(dy[i]), slope));
-  }
+  unrolled_elements<float2>(
+      n, [&](int64_t i) { return make_float2(S::load(y[i]), S::load(dy[i])); },
+      [&](int64_t i, float2 v) { dx[i] = S::store(relu_backward_value(v.x, v.y, slope)); });
 }
 
 template <class S>
@@ -67,7 +68,7 @@ void forward(cudaStream_t s, Activation f, int64_t n, float slope, ConstArray<S>
   const unsigned grid = elementwise_grid(n);
   switch (f) {
     case Activation::kReLU:
-      relu_forward_kernel<S><<<grid, kBlock, 0, s>>>(n, slope, x, y);
+      relu_forward_kernel<S><<<unrolled_grid(n), kBlock, 0, s>>>(n, slope, x, y);
       LAMINA_CUDA_LAUNCHED(relu_forward_kernel);
       break;
     case Activation::kSigmoid:
@@ -87,7 +88,7 @@ void backward(cudaStream_t s, Activation f, int64_t n, float slope, ConstArray<S
   const unsigned grid = elementwise_grid(n);
   switch (f) {
     case Activation::kReLU:
-      relu_backward_kernel<S><<<grid, kBlock, 0, s>>>(n, slope, y, dy, dx);
+      relu_backward_kernel<S><<<unrolled_grid(n), kBlock, 0, s>>>(n, slope, y, dy, dx);
       LAMINA_CUDA_LAUNCHED(relu_backward_kernel);
       break;
     case Activation::kSigmoid:

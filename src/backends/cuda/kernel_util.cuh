@@ -36,6 +36,30 @@ inline unsigned row_grid(int64_t rows) {
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (n);  \
        i += int64_t{blockDim.x} * gridDim.x)
 
+// Elementwise kernels that load several elements per thread before writing any (enough
+// loads in flight for the memory's speed; in place stays safe): each thread takes up to
+// kUnroll elements a grid's width apart, load(i) for all of them, then apply(i, loaded).
+// Launch them with unrolled_grid(n) blocks of kBlock threads.
+constexpr int kUnroll = 4;
+
+inline unsigned unrolled_grid(int64_t n) { return elementwise_grid((n + kUnroll - 1) / kUnroll); }
+
+template <class In, class Load, class Apply>
+__device__ __forceinline__ void unrolled_elements(int64_t n, const Load& load,
+                                                  const Apply& apply) {
+  const int64_t stride = int64_t{blockDim.x} * gridDim.x;
+  for (int64_t i0 = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i0 < n;
+       i0 += kUnroll * stride) {
+    In in[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i0 + u * stride < n) in[u] = load(i0 + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i0 + u * stride < n) apply(i0 + u * stride, in[u]);
+  }
+}
+
 // for (int64_t r = block index; r < rows; r += blocks)
 #define LAMINA_BLOCK_STRIDE_LOOP(r, rows) \
   for (int64_t r = blockIdx.x; r < (rows); r += gridDim.x)
