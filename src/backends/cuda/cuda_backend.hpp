@@ -26,8 +26,8 @@
 // tree reductions, then one block over the partial results), so they are bit-identical run
 // to run; sums of losses are accumulated in double like the Native backend's. Nothing uses
 // float atomics: pooling's backward gathers over the windows that cover an input element,
-// per-channel sums take one block per channel, and convolution uses deterministic cuDNN
-// algorithms, so every result is bit-identical run to run.
+// per-channel sums add fixed parts of each channel in order, and convolution uses
+// deterministic cuDNN algorithms, so every result is bit-identical run to run.
 #pragma once
 
 #include <string>
