@@ -1,6 +1,6 @@
 // 16-bit storage on CUDA (Backend::to_half, from_half): elementwise kernels around
-// half_storage.cuh's load and store, which are rounding.hpp's conversions, the same functions
-// the Native backend runs, so both give the same bits.
+// half_storage.cuh's load and store, which give rounding.hpp's bits (by the hardware's
+// conversions but for NaNs), the Native backend's.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/half_storage.cuh"
