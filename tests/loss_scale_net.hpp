@@ -68,23 +68,25 @@ inline void register_gradient_boost() {
   (void)done;
 }
 
-// An FP16 MLP; GradientBoost multiplies the loss gradient by 1e30 in the listed backward
-// passes, so the FP16 gradient below it overflows there.
+// test_util.hpp's small MLP, named "scaled", with GradientBoost before its loss: it
+// multiplies the loss gradient by 1e30 in the listed backward passes, so that in FP16 the
+// gradient below it overflows there.
 inline NetParameter boosted_mlp(const std::string& passes) {
   register_gradient_boost();
-  return parse_net_parameter(R"(
-name: "scaled"
-layer { name: "data" type: "Input" top: "data" top: "label"
-        input_param { shape { dim: 8 dim: 24 } shape { dim: 8 } } }
-layer { name: "ip1" type: "Linear" inner_product_param { num_output: 16
-        weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "gaussian" std: 0.3 } } }
-layer { name: "relu1" type: "ReLU" }
-layer { name: "ip2" type: "Linear" inner_product_param { num_output: 5
-        weight_filler { type: "gaussian" std: 0.3 } } }
-layer { name: "boost" type: "GradientBoost" custom_param {
-        entry { key: "passes" value: ")" + passes + R"(" } entry { key: "factor" value: "1e30" } } }
-layer { name: "loss" type: "SoftmaxWithLoss" }
-)", "net");
+  NetParameter net = parse_net_parameter(kSmallMlp, "net");
+  net.set_name("scaled");
+  LayerParameter* boost = net.add_layer();
+  boost->set_name("boost");
+  boost->set_type("GradientBoost");
+  for (const auto& [key, value] : {std::pair<std::string, std::string>{"passes", passes},
+                                   {"factor", "1e30"}}) {
+    CustomParameter::Entry* entry = boost->mutable_custom_param()->add_entry();
+    entry->set_key(key);
+    entry->set_value(value);
+  }
+  // Between the scores and the loss, the last layer before it.
+  net.mutable_layer()->SwapElements(net.layer_size() - 1, net.layer_size() - 2);
+  return net;
 }
 
 // SGD with momentum in FP16, loss scale `scale` doubling after `growth_interval` finite

@@ -52,20 +52,9 @@ TEST(Bf16Storage, TensorsRoundOnTheWayInAndReadExactly) {
   EXPECT_THAT(t.copy_data_to_host(), ElementsAre(1.0f, 3.140625f));
 }
 
-const char* kMlp = R"(
-name: "mlp"
-layer { name: "data" type: "Input" top: "data" top: "label"
-        input_param { shape { dim: 8 dim: 24 } shape { dim: 8 } } }
-layer { name: "ip1" type: "Linear" inner_product_param { num_output: 16
-        weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "gaussian" std: 0.3 } } }
-layer { name: "relu1" type: "ReLU" }
-layer { name: "ip2" type: "Linear" inner_product_param { num_output: 5
-        weight_filler { type: "gaussian" std: 0.3 } } }
-layer { name: "loss" type: "SoftmaxWithLoss" }
-)";
 
 NetParameter mlp(Precision p) {
-  NetParameter param = parse_net_parameter(kMlp, "net");
+  NetParameter param = parse_net_parameter(testing::kSmallMlp, "net");
   set_default_precision(param, p);
   return param;
 }
@@ -297,7 +286,7 @@ TEST(TrainingInBf16, MasterWeightsStayFp32AndTheNetTrains) {
   const SolverParameter sp = parse_solver_parameter("base_lr: 0.2 random_seed: 3", "solver");
   SolverParameter bf16_sp = sp;
   bf16_sp.set_precision(BF16);
-  const NetParameter net = parse_net_parameter(kMlp, "net");
+  const NetParameter net = parse_net_parameter(testing::kSmallMlp, "net");
   Solver fp32(sp, net, native), bf16(bf16_sp, net, native);
   const std::vector<float> x = random_values(8 * 24, 13);
   const std::vector<float> labels = {0, 2, 1, 4, 3, 0, 1, 2};
@@ -321,15 +310,7 @@ TEST(TrainingInBf16, MasterWeightsStayFp32AndTheNetTrains) {
   EXPECT_LT(bf16.net().loss(), 0.3f * loss16) << "the BF16 net trains";
   // The update writes the weights' BF16 copy (forward no longer refreshes it): after the
   // last update it holds the rounded weights.
-  ParamArena& arena = bf16.net().arena();
-  const std::vector<float> w(arena.data(), arena.data() + arena.count());
-  const uint16_t* copy = arena.half_copy(Half::kBF16);
-  std::vector<float> copied(arena.count());
-  for (int64_t i = 0; i < arena.count(); ++i) copied[i] = bf16_to_float(copy[i]);
-  for (const ParamInfo& info : arena.table()) {
-    for (int64_t i = info.offset; i < info.offset + info.count; ++i)
-      ASSERT_EQ(copied[i], rounded({w[i]})[0]) << info.name << " at " << i - info.offset;
-  }
+  EXPECT_EQ(testing::half_copy_mismatch(native, bf16.net().arena(), Half::kBF16), "");
 }
 
 // Weights written behind the solver's back (a program, a load) reach the BF16 copy at the
@@ -338,7 +319,7 @@ TEST(TrainingInBf16, WeightsWrittenBetweenStepsReachTheCopy) {
   NativeBackend native;
   SolverParameter sp = parse_solver_parameter("base_lr: 0.2 random_seed: 3", "solver");
   sp.set_precision(BF16);
-  Solver solver(sp, parse_net_parameter(kMlp, "net"), native);
+  Solver solver(sp, parse_net_parameter(testing::kSmallMlp, "net"), native);
   solver.net().blob("data").copy_data_from_host(random_values(8 * 24, 13));
   solver.net().blob("label").copy_data_from_host({0, 2, 1, 4, 3, 0, 1, 2});
   solver.step(1);

@@ -52,13 +52,7 @@ TEST(CudaLossScaling, SkipsAndScalesAsTheCpuDoes) {
   EXPECT_EQ(skips, 5);
   // The update kernel writes the weights' FP16 copy (padding aside): the rounded weights,
   // bit for bit (rounding.hpp's conversion, as on the host).
-  std::vector<uint16_t> copy(arena.count());
-  cuda->copy_to_host(sizeof(uint16_t) * copy.size(), arena.half_copy(Half::kFP16), copy.data());
-  const std::vector<float> w = arena.to_host(arena.data());
-  for (const ParamInfo& info : arena.table()) {
-    for (int64_t i = info.offset; i < info.offset + info.count; ++i)
-      ASSERT_EQ(copy[i], float_to_fp16(w[i])) << info.name << " at " << i - info.offset;
-  }
+  EXPECT_EQ(testing::half_copy_mismatch(*cuda, arena, Half::kFP16), "");
 }
 
 // The update rules without a four-float kernel (Adam here) write the weights' BF16 copy from
@@ -70,14 +64,7 @@ TEST(CudaHalfCopy, TheOneFloatUpdateWritesTheBf16Copy) {
   Solver solver(param, testing::boosted_mlp(""), *cuda);
   testing::feed(solver);
   solver.step(5);
-  ParamArena& arena = solver.net().arena();
-  std::vector<uint16_t> copy(arena.count());
-  cuda->copy_to_host(sizeof(uint16_t) * copy.size(), arena.half_copy(Half::kBF16), copy.data());
-  const std::vector<float> w = arena.to_host(arena.data());
-  for (const ParamInfo& info : arena.table()) {
-    for (int64_t i = info.offset; i < info.offset + info.count; ++i)
-      ASSERT_EQ(copy[i], float_to_bf16(w[i])) << info.name << " at " << i - info.offset;
-  }
+  EXPECT_EQ(testing::half_copy_mismatch(*cuda, solver.net().arena(), Half::kBF16), "");
 }
 
 }  // namespace

@@ -1110,6 +1110,14 @@ UpdateArgs momentum_and_decay(UpdateRule rule) {
   return args;
 }
 
+// The step the many-segment tests update with: lr 0.05, Adam's third update.
+testing::TestStep third_step() {
+  testing::TestStep t;
+  t.lr = 0.05f;
+  t.step = 3;
+  return t;
+}
+
 // 320 parameters of varied sizes (under one block, several blocks, empty; gaps of padding
 // blocks), with the arena large enough that the pool's ranges split segments and padding:
 // every element of every segment moves as the formulas say, with its segment's multipliers,
@@ -1122,9 +1130,7 @@ TEST_F(NativeBackendTest, UpdateOfManySegmentsInOnePass) {
   for (UpdateRule rule : {UpdateRule::kSGD, UpdateRule::kAdam}) {
     SCOPED_TRACE(rule_name(rule));
     const UpdateArgs args = momentum_and_decay(rule);
-    testing::TestStep t;
-    t.lr = 0.05f;
-    t.step = 3;
+    const testing::TestStep t = third_step();
     const StepState state = testing::step_state(args, t);
     auto w = random_values(n, 44);
     auto h = random_values(n, 45, 0.01f, 0.5f);
@@ -1160,9 +1166,7 @@ TEST_F(NativeBackendTest, UpdateInPartsEqualsOneUpdateOfTheArena) {
                           UpdateRule::kAdamW, UpdateRule::kRMSProp, UpdateRule::kAdaGrad}) {
     SCOPED_TRACE(rule_name(rule));
     const UpdateArgs args = momentum_and_decay(rule);
-    testing::TestStep t;
-    t.lr = 0.05f;
-    t.step = 3;
+    const testing::TestStep t = third_step();
     const StepState state = testing::step_state(args, t);
     const auto g = random_values(n, 52);
     auto w = random_values(n, 53), h = random_values(n, 54, 0.01f, 0.5f),

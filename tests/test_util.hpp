@@ -22,9 +22,26 @@
 #include "lamina/common.hpp"
 #include "lamina/cuda.hpp"
 #include "lamina/native_backend.hpp"
+#include "lamina/param_arena.hpp"
+#include "lamina/rounding.hpp"
 #include "lamina/tensor.hpp"
 
 namespace lamina::testing {
+
+// A small MLP for training tests: 8 inputs of 24 values and their labels (Input, filled by
+// the test), Linear to 16 with a ReLU, Linear to 5 classes, softmax loss.
+inline constexpr const char* kSmallMlp = R"(
+name: "mlp"
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 8 dim: 24 } shape { dim: 8 } } }
+layer { name: "ip1" type: "Linear" inner_product_param { num_output: 16
+        weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "relu1" type: "ReLU" }
+layer { name: "ip2" type: "Linear" inner_product_param { num_output: 5
+        weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" }
+)";
+
 
 // count values of type T in a backend's memory, filled from and read back to the host.
 template <class T>
@@ -114,6 +131,25 @@ inline std::string compare_bits(const std::vector<float>& a, const std::vector<f
       out.precision(9);
       out << "first difference at [" << i << "]: " << a[i] << " vs " << b[i];
       return out.str();
+    }
+  }
+  return {};
+}
+
+// Empty when the arena's 16-bit copy (in `backend`'s memory) holds its weights rounded to
+// format, bit for bit, at every parameter element (padding aside); otherwise the first
+// that does not.
+inline std::string half_copy_mismatch(Backend& backend, ParamArena& arena, Half format) {
+  std::vector<uint16_t> copy(arena.count());
+  backend.copy_to_host(sizeof(uint16_t) * copy.size(), arena.half_copy(format), copy.data());
+  const std::vector<float> w = arena.to_host(arena.data());
+  for (const ParamInfo& info : arena.table()) {
+    for (int64_t i = info.offset; i < info.offset + info.count; ++i) {
+      const uint16_t want = format == Half::kBF16 ? float_to_bf16(w[i]) : float_to_fp16(w[i]);
+      if (copy[i] != want) {
+        return info.name + "[" + std::to_string(i - info.offset) + "]: copy " +
+               std::to_string(copy[i]) + ", rounded weight " + std::to_string(want);
+      }
     }
   }
   return {};

@@ -141,7 +141,7 @@ class Solver {
 
   // ---- FP16 loss scaling (solver_loss_scale.cpp, docs/precision.md) ----
   // Whether the solver scales the loss: some layer of its TRAIN net runs in FP16.
-  bool scales_loss() const { return loss_scaling_; }
+  bool scales_loss() const { return schedule_.growth_interval > 0; }
   struct LossScaleState {
     float scale = 1;         // the loss scale the next iteration's backward pass uses
     int32_t good_steps = 0;  // finite iterations in a row since it last changed
@@ -172,6 +172,9 @@ class Solver {
   // The iteration by replaying the recorded step (recording it first if needed); false when
   // it cannot be replayed now and the caller runs the operations itself.
   bool replay_step();
+  // test() without refreshing the weights' 16-bit copy first: within training, where the
+  // update keeps it (step() refreshed it on entry).
+  TestResult test_updated_weights();
   // The test's forward passes, the same way; run_test_passes runs them directly.
   bool replay_test();
   void run_test_passes();
@@ -256,7 +259,8 @@ class Solver {
   // Writes iter_ alone into it (a direct step that failed puts its iteration back).
   void upload_step_iteration();
   // FP16's dynamic loss scaling: on when the TRAIN net stores values in FP16 (refusing the
-  // solver's loss_scale fields otherwise), its schedule, and the net's scaled loss gradient.
+  // solver's loss_scale fields otherwise): its schedule (a growth interval > 0 is what turns
+  // it on, scales_loss()), and the net's scaled loss gradient.
   void init_loss_scaling();
   // ", loss scale = S (N iterations skipped)" for the display line ("" without scaling),
   // after check_loss_scale.
@@ -266,7 +270,6 @@ class Solver {
   void check_loss_scale(const LossScaleState& state);
   // The run's skipped iterations and the scale at its end, after `iterations` of training.
   void log_loss_scaling(int iterations);
-  bool loss_scaling_ = false;
   // What upload_step_state writes: the start, or a restore (whose skipped count is kept
   // for Adam's update count in any precision).
   LossScaleState scale_state_;

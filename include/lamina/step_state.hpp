@@ -18,9 +18,9 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "lamina/host_device.hpp"
+#include "lamina/rounding.hpp"
 
 namespace lamina {
 
@@ -101,9 +101,7 @@ struct StepSchedule {
 // Whether x is neither infinite nor NaN (its exponent bits are not all ones), alike on the
 // host and in kernels.
 LAMINA_HOST_DEVICE inline bool is_finite_value(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  return (bits & 0x7f800000u) != 0x7f800000u;
+  return (float_bits(x) & 0x7f800000u) != 0x7f800000u;
 }
 
 // The smallest loss scale, 2^-24: halving stops there (the update's 1/scale stays finite).

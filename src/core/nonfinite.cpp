@@ -123,7 +123,7 @@ void Solver::check_finite(const Net::LayerStates& states_before, bool arenas) {
   const ParamInfo* bad_weight = first_nonfinite_param(arena.table(), weights);
   // With loss scaling a gradient that overflowed is expected: that update was skipped.
   const ParamInfo* bad_grad =
-      loss_scaling_ ? nullptr : first_nonfinite_param(arena.table(), grads);
+      scales_loss() ? nullptr : first_nonfinite_param(arena.table(), grads);
   if (std::isfinite(loss) && !bad_weight && !bad_grad) {
     VLOG(1) << "iteration " << iter_ << ": the arenas' dot product overflowed (" << product
             << "); every value is finite";

@@ -201,7 +201,8 @@ void Solver::solve() {
   }
   const bool saved =
       prefix.empty() || !param_.snapshot_after_train() || snapshot_as_configured("end of training");
-  if (test_net_ && param_.test_interval() > 0 && iter_ % param_.test_interval() == 0) test();
+  if (test_net_ && param_.test_interval() > 0 && iter_ % param_.test_interval() == 0)
+    test_updated_weights();
   // Trained to the end but not saved: the caller (and the tool's exit status) must know.
   LAMINA_REQUIRE(saved, "training finished at iteration ", iter_, " but its final snapshot "
                  "could not be written: ", snapshot_error_, last_snapshot_note());
@@ -219,7 +220,7 @@ void Solver::step(int iters) {
                    "the solver cannot train further");
     if (test_net_ && param_.test_interval() > 0 && iter_ % param_.test_interval() == 0 &&
         (iter_ > 0 || param_.test_initialization())) {
-      test();
+      test_updated_weights();
     }
     const bool display = param_.display() > 0 && iter_ % param_.display() == 0;
     // Non-finite checks. The loss: every iteration on host backends, where reading it costs
@@ -244,7 +245,7 @@ void Solver::step(int iters) {
       // inf * 0, inf * x all are); it can also overflow, which check_finite tells apart.
       // With loss scaling, weights . weights: gradients may overflow (the update skips them).
       const float* arena = net_->arena().data();
-      backend_.dot(n, arena, loss_scaling_ ? arena : net_->arena().diff(),
+      backend_.dot(n, arena, scales_loss() ? arena : net_->arena().diff(),
                    loss_ring_.as<float>() + average);
     }
     if (check) read_ring();
@@ -303,7 +304,7 @@ void Solver::forward_backward_advance_passes() {
     forward_lanes.close();
     // The step state needs only the loss, unless clipping or loss scaling needs the
     // gradients' sum of squares.
-    if (param_.clip_gradients() > 0 || loss_scaling_ || !backend_.has_side_lane()) {
+    if (param_.clip_gradients() > 0 || scales_loss() || !backend_.has_side_lane()) {
       last_backward();
       sum_gradients();
       advance_step_state();
@@ -373,7 +374,7 @@ void Solver::advance_step_state() {
   StepState* step = step_state_.as<StepState>();
   // The clipping norm (or loss scaling's finiteness test) is summed, and the loss recorded
   // and the rate, correction and scale computed, in backend memory: nothing is read back.
-  if ((param_.clip_gradients() > 0 || loss_scaling_) && arena.count() > 0)
+  if ((param_.clip_gradients() > 0 || scales_loss()) && arena.count() > 0)
     backend_.dot(arena.count(), arena.diff(), arena.diff(), &step->grad_sumsq);
   backend_.advance_step(schedule_, step);
 }
@@ -420,8 +421,12 @@ void Solver::run_test_passes() {
 
 TestResult Solver::test() {
   LAMINA_REQUIRE(test_net_ != nullptr, "the solver has no test net: set test_iter");
-  float* sums = test_sums_.as<float>();
   test_net_->refresh_half_weights();  // the weights may have been written since the update
+  return test_updated_weights();
+}
+
+TestResult Solver::test_updated_weights() {
+  float* sums = test_sums_.as<float>();
   if (!replay_test()) {
     run_test_passes();
     test_warm_ = true;

@@ -16,8 +16,7 @@ namespace lamina {
 using solver_detail::NonFiniteError;
 
 void Solver::init_loss_scaling() {
-  loss_scaling_ = net_->stores_fp16();
-  if (!loss_scaling_) {
+  if (!net_->stores_fp16()) {
     const std::string set = param_.has_loss_scale()                   ? "loss_scale"
                             : param_.has_loss_scale_growth_interval() ? "loss_scale_growth_interval"
                                                                       : "";
@@ -36,7 +35,7 @@ void Solver::init_loss_scaling() {
 }
 
 Solver::LossScaleState Solver::loss_scale_state() const {
-  LAMINA_REQUIRE(loss_scaling_, "the solver does not scale the loss: no layer of its TRAIN net "
+  LAMINA_REQUIRE(scales_loss(), "the solver does not scale the loss: no layer of its TRAIN net "
                  "runs in FP16");
   StepState state;
   backend_.copy_to_host(sizeof(StepState), step_state_.get(), &state);
@@ -58,7 +57,7 @@ void Solver::check_loss_scale(const LossScaleState& s) {
 }
 
 std::string Solver::loss_scale_note() {
-  if (!loss_scaling_) return {};
+  if (!scales_loss()) return {};
   const LossScaleState s = loss_scale_state();
   check_loss_scale(s);
   std::ostringstream note;
@@ -68,7 +67,7 @@ std::string Solver::loss_scale_note() {
 }
 
 void Solver::log_loss_scaling(int iterations) {
-  if (!loss_scaling_ || iterations <= 0) return;
+  if (!scales_loss() || iterations <= 0) return;
   const LossScaleState s = loss_scale_state();
   LOG(INFO) << "FP16 loss scaling: " << s.skipped << " of " << iter_
             << " iterations skipped in all (gradients not finite); the scale is " << s.scale;

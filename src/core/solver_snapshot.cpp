@@ -174,8 +174,8 @@ SnapshotPaths Solver::snapshot() {
   state.algorithms = backend_.algorithm_choices();
   state.workers = workers();
   // The loss scale, or the skipped count of an earlier FP16 run that Adam's count keeps.
-  if (loss_scaling_ || scale_state_.skipped > 0) {
-    const LossScaleState scale = loss_scaling_ ? loss_scale_state() : scale_state_;
+  if (scales_loss() || scale_state_.skipped > 0) {
+    const LossScaleState scale = scales_loss() ? loss_scale_state() : scale_state_;
     state.has_loss_scale = true;
     state.loss_scale = scale.scale;
     state.good_steps = scale.good_steps;
@@ -284,12 +284,12 @@ void Solver::restore(const std::string& state_path) {
   // The skipped count stays in any precision (Adam counts the updates made).
   if (state.has_loss_scale) {
     scale_state_ = {state.loss_scale, int32_t(state.good_steps), state.skipped};
-    if (!loss_scaling_)
+    if (!scales_loss())
       LOG(INFO) << what << "its FP16 loss scale (" << state.loss_scale << ") is not used: no "
                 << "layer of this net runs in FP16";
   } else {
-    scale_state_ = {loss_scaling_ ? param_.loss_scale() : 1.0f, 0, 0};
-    if (loss_scaling_)
+    scale_state_ = {scales_loss() ? param_.loss_scale() : 1.0f, 0, 0};
+    if (scales_loss())
       LOG(INFO) << what << "it holds no loss scale (it was written by a run without FP16 "
                 << "layers); the scale starts at loss_scale, " << scale_state_.scale;
   }

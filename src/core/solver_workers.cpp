@@ -60,7 +60,7 @@ void Solver::join_workers() {
   buckets_ = std::make_unique<GradientBuckets>(*net_, *comm_,
                                                double(param_.gradient_bucket_mb()) * 1e6);
   // Clipping and loss scaling need every gradient (their sum of squares) before any update.
-  update_by_bucket_ = buckets_->beside() && param_.clip_gradients() <= 0 && !loss_scaling_;
+  update_by_bucket_ = buckets_->beside() && param_.clip_gradients() <= 0 && !scales_loss();
   const int64_t batch = pass_batch(*net_);
   LOG(INFO) << "Data-parallel training: " << n << (n == 1 ? " worker (" : " workers (")
             << comm_->description() << "), batch " << batch << " per worker, global batch "

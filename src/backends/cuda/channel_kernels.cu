@@ -40,15 +40,58 @@ struct ChannelWalk {
   for (ChannelWalk walk((inner), threadIdx.x, blockDim.x); walk.o < (outer); \
        walk.next(inner))
 
+// The sums' terms of channel c's element i (index into the (outer, channels, inner) array),
+// added into sum[0..kSums).
+struct PlainTerms {  // a
+  static constexpr int kSums = 1;
+  const float* a;
+  __device__ void operator()(int64_t i, int64_t, double* sum) const { sum[0] += a[i]; }
+};
+struct ProductTerms {  // a b
+  static constexpr int kSums = 1;
+  const float *a, *b;
+  __device__ void operator()(int64_t i, int64_t, double* sum) const {
+    sum[0] += static_cast<double>(a[i]) * b[i];
+  }
+};
+struct DeviationTerms {  // (x - mu[c])^2, mu in double
+  static constexpr int kSums = 1;
+  const float* x;
+  const double* mu;
+  __device__ void operator()(int64_t i, int64_t c, double* sum) const {
+    const double d = x[i] - mu[c];
+    sum[0] += d * d;
+  }
+};
+struct GradientTerms {  // dy and dy y: batch normalisation's backward pass
+  static constexpr int kSums = 2;
+  const float *dy, *y;
+  __device__ void operator()(int64_t i, int64_t, double* sum) const {
+    sum[0] += dy[i];
+    sum[1] += static_cast<double>(dy[i]) * y[i];
+  }
+};
+
+// The block's sums of terms over channel c, returned to every thread: a walk over the
+// channel's outer * inner elements, each sum in double, then block_sum.
+template <class Terms>
+__device__ void channel_block_sums(int64_t outer, int64_t channels, int64_t inner, int64_t c,
+                                   const Terms& terms, double (&sum)[Terms::kSums]) {
+#pragma unroll
+  for (int k = 0; k < Terms::kSums; ++k) sum[k] = 0;
+  LAMINA_CHANNEL_LOOP(e, outer, inner) terms((e.o * channels + c) * inner + e.j, c, sum);
+#pragma unroll
+  for (int k = 0; k < Terms::kSums; ++k) sum[k] = block_sum(sum[k]);
+}
+
 // mean[c] and var[c] (biased) of x (outer, channels, inner): two passes in double.
 __global__ void channel_moments_kernel(int64_t outer, int64_t channels, int64_t inner,
                                        const float* x, float* mean, float* var) {
   const int64_t m = outer * inner;
   LAMINA_BLOCK_STRIDE_LOOP(c, channels) {
-    double sum = 0;
-    LAMINA_CHANNEL_LOOP(e, outer, inner) sum += x[(e.o * channels + c) * inner + e.j];
-    sum = block_sum(sum);
-    const double mu = m > 0 ? sum / static_cast<double>(m) : 0.0;
+    double sum[1];
+    channel_block_sums(outer, channels, inner, c, PlainTerms{x}, sum);
+    const double mu = m > 0 ? sum[0] / static_cast<double>(m) : 0.0;
     double squares = 0;
     LAMINA_CHANNEL_LOOP(e, outer, inner) {
       const double d = x[(e.o * channels + c) * inner + e.j] - mu;
@@ -107,8 +150,15 @@ struct AffineOp {  // y = x * scale[c] + bias[c]; null scale means 1, null bias 
     y[i] = __fadd_rn(__fmul_rn(v, sc), b);
   }
 };
-// dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)), with means[c] = mean_c(dy) and
-// means[channels + c] = mean_c(dy y); dx may be dy or y.
+// Batch normalisation's input gradient of one element: inv_std (dy - mean_dy - y mean_dy_y),
+// with mean_dy = mean_c(dy) and mean_dy_y = mean_c(dy y) of its channel.
+__device__ __forceinline__ float normalize_backward_value(float inv_std, float y, float dy,
+                                                         float mean_dy, float mean_dy_y) {
+  return __fmul_rn(inv_std, __fsub_rn(__fsub_rn(dy, mean_dy), __fmul_rn(y, mean_dy_y)));
+}
+
+// dx = normalize_backward_value with means[c] = mean_c(dy) and means[channels + c] =
+// mean_c(dy y); dx may be dy or y.
 struct NormalizeBackwardOp {
   const float *y, *dy, *inv_std, *means;
   int64_t channels;
@@ -116,8 +166,7 @@ struct NormalizeBackwardOp {
   using In = float2;  // (y, dy)
   __device__ In load(int64_t i) const { return make_float2(y[i], dy[i]); }
   __device__ void apply(int64_t i, int64_t c, In v) const {
-    dx[i] = __fmul_rn(inv_std[c], __fsub_rn(__fsub_rn(v.y, means[c]),
-                                            __fmul_rn(v.x, means[channels + c])));
+    dx[i] = normalize_backward_value(inv_std[c], v.x, v.y, means[c], means[channels + c]);
   }
 };
 
@@ -173,73 +222,29 @@ __global__ void batch_norm_backward_kernel(int64_t outer, int64_t channels, int6
                                            const float* inv_std, float* dx) {
   const int64_t m = outer * inner;
   LAMINA_BLOCK_STRIDE_LOOP(c, channels) {
-    double sum_dy = 0, sum_dy_y = 0;
-    LAMINA_CHANNEL_LOOP(e, outer, inner) {
-      const int64_t i = (e.o * channels + c) * inner + e.j;
-      sum_dy += dy[i];
-      sum_dy_y += static_cast<double>(dy[i]) * y[i];
-    }
-    sum_dy = block_sum(sum_dy);
-    sum_dy_y = block_sum(sum_dy_y);  // every thread has read its elements before any writes
-    const float mean_dy = static_cast<float>(sum_dy / static_cast<double>(m));
-    const float mean_dy_y = static_cast<float>(sum_dy_y / static_cast<double>(m));
+    // After the block sums every thread has read its elements, before any writes.
+    double sum[2];
+    channel_block_sums(outer, channels, inner, c, GradientTerms{dy, y}, sum);
+    const float mean_dy = static_cast<float>(sum[0] / static_cast<double>(m));
+    const float mean_dy_y = static_cast<float>(sum[1] / static_cast<double>(m));
     const float scale = inv_std[c];
     LAMINA_CHANNEL_LOOP(e, outer, inner) {
       const int64_t i = (e.o * channels + c) * inner + e.j;
-      dx[i] = __fmul_rn(scale, __fsub_rn(__fsub_rn(dy[i], mean_dy), __fmul_rn(y[i], mean_dy_y)));
+      dx[i] = normalize_backward_value(scale, y[i], dy[i], mean_dy, mean_dy_y);
     }
   }
 }
 
-// out[c] += the sum of a * b (b null: of a) over the channel, in double.
+// out[c] += the sum of the channel's terms (PlainTerms or ProductTerms), in double.
+template <class Terms>
 __global__ void channel_reduce_kernel(int64_t outer, int64_t channels, int64_t inner,
-                                      const float* a, const float* b, float* out) {
+                                      Terms terms, float* out) {
   LAMINA_BLOCK_STRIDE_LOOP(c, channels) {
-    double sum = 0;
-    if (b == nullptr) {
-      LAMINA_CHANNEL_LOOP(e, outer, inner) sum += a[(e.o * channels + c) * inner + e.j];
-    } else {
-      LAMINA_CHANNEL_LOOP(e, outer, inner) {
-        const int64_t i = (e.o * channels + c) * inner + e.j;
-        sum += static_cast<double>(a[i]) * b[i];
-      }
-    }
-    sum = block_sum(sum);
-    if (threadIdx.x == 0) out[c] += static_cast<float>(sum);
+    double sum[1];
+    channel_block_sums(outer, channels, inner, c, terms, sum);
+    if (threadIdx.x == 0) out[c] += static_cast<float>(sum[0]);
   }
 }
-
-// The sums' terms of channel c's element i (index into the (outer, channels, inner) array),
-// added into sum[0..kSums).
-struct PlainTerms {  // a
-  static constexpr int kSums = 1;
-  const float* a;
-  __device__ void operator()(int64_t i, int64_t, double* sum) const { sum[0] += a[i]; }
-};
-struct ProductTerms {  // a b
-  static constexpr int kSums = 1;
-  const float *a, *b;
-  __device__ void operator()(int64_t i, int64_t, double* sum) const {
-    sum[0] += static_cast<double>(a[i]) * b[i];
-  }
-};
-struct DeviationTerms {  // (x - mu[c])^2, mu in double
-  static constexpr int kSums = 1;
-  const float* x;
-  const double* mu;
-  __device__ void operator()(int64_t i, int64_t c, double* sum) const {
-    const double d = x[i] - mu[c];
-    sum[0] += d * d;
-  }
-};
-struct GradientTerms {  // dy and dy y: batch normalisation's backward pass
-  static constexpr int kSums = 2;
-  const float *dy, *y;
-  __device__ void operator()(int64_t i, int64_t, double* sum) const {
-    sum[0] += dy[i];
-    sum[1] += static_cast<double>(dy[i]) * y[i];
-  }
-};
 
 // Block (c, part) sums channel c's terms over the images [part * per_part, (part + 1) *
 // per_part) into partial[(k * channels + c) * parts + part] for each sum k.
@@ -284,19 +289,16 @@ __global__ void channel_mean_kernel(int64_t channels, int parts, double m,
   }
 }
 
-__global__ void channel_var_kernel(int64_t channels, int parts, double m, const double* partial,
-                                   float* var) {
+// means[k * channels + c] = sum k of channel c over m elements, in double and rounded once,
+// for each of `sums` sums: the variance (the squared deviations' mean), or batch
+// normalisation's backward means, mean_c(dy) then mean_c(dy y).
+__global__ void channel_means_kernel(int64_t channels, int parts, int sums, double m,
+                                     const double* partial, float* means) {
   LAMINA_GRID_STRIDE_LOOP(c, channels) {
-    var[c] = static_cast<float>(sum_of_parts(channels, parts, partial, 0, c) / m);
-  }
-}
-
-// means[c] = mean_c(dy), means[channels + c] = mean_c(dy y), each rounded once.
-__global__ void gradient_means_kernel(int64_t channels, int parts, double m,
-                                      const double* partial, float* means) {
-  LAMINA_GRID_STRIDE_LOOP(c, channels) {
-    means[c] = static_cast<float>(sum_of_parts(channels, parts, partial, 0, c) / m);
-    means[channels + c] = static_cast<float>(sum_of_parts(channels, parts, partial, 1, c) / m);
+    for (int k = 0; k < sums; ++k) {
+      const double sum = sum_of_parts(channels, parts, partial, k, c);
+      means[k * channels + c] = static_cast<float>(sum / m);
+    }
   }
 }
 
@@ -361,9 +363,9 @@ void CudaBackend::channel_moments(int64_t outer, int64_t channels, int64_t inner
                                                                     partial, mu, mean);
   LAMINA_CUDA_LAUNCHED(channel_mean_kernel);
   launch_partial(s, outer, channels, inner, split, DeviationTerms{x, mu}, partial);
-  channel_var_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts, m,
-                                                                   partial, var);
-  LAMINA_CUDA_LAUNCHED(channel_var_kernel);
+  channel_means_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts, 1,
+                                                                     m, partial, var);
+  LAMINA_CUDA_LAUNCHED(channel_means_kernel);
 }
 
 void CudaBackend::batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
@@ -406,9 +408,9 @@ void CudaBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t i
       context_.workspace(sizeof(double) * partials + sizeof(float) * 2 * channels));
   auto* means = reinterpret_cast<float*>(partial + partials);
   launch_partial(s, outer, channels, inner, split, GradientTerms{dy, y}, partial);
-  gradient_means_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
-      channels, split.parts, static_cast<double>(outer * inner), partial, means);
-  LAMINA_CUDA_LAUNCHED(gradient_means_kernel);
+  channel_means_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
+      channels, split.parts, 2, static_cast<double>(outer * inner), partial, means);
+  LAMINA_CUDA_LAUNCHED(channel_means_kernel);
   launch_channel_op(s, outer, channels, inner,
                     NormalizeBackwardOp{y, dy, inv_std, means, channels, dx});
 }
@@ -424,21 +426,24 @@ void CudaBackend::channel_reduce(int64_t outer, int64_t channels, int64_t inner,
   const cudaStream_t s = on_device();
   if (channels <= 0 || outer * inner == 0) return;
   const ChannelParts split(outer, channels, inner, context_.sm_count());
-  if (split.parts == 0) {
-    channel_reduce_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels, inner,
-                                                                       a, b, out);
-    LAMINA_CUDA_LAUNCHED(channel_reduce_kernel);
-    return;
-  }
-  auto* partial =
-      static_cast<double*>(context_.workspace(sizeof(double) * channels * split.parts));
+  const auto reduce = [&](const auto& terms) {
+    if (split.parts == 0) {
+      channel_reduce_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels,
+                                                                         inner, terms, out);
+      LAMINA_CUDA_LAUNCHED(channel_reduce_kernel);
+      return;
+    }
+    auto* partial =
+        static_cast<double*>(context_.workspace(sizeof(double) * channels * split.parts));
+    launch_partial(s, outer, channels, inner, split, terms, partial);
+    channel_parts_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts,
+                                                                       partial, out);
+    LAMINA_CUDA_LAUNCHED(channel_parts_kernel);
+  };
   if (b == nullptr)
-    launch_partial(s, outer, channels, inner, split, PlainTerms{a}, partial);
+    reduce(PlainTerms{a});
   else
-    launch_partial(s, outer, channels, inner, split, ProductTerms{a, b}, partial);
-  channel_parts_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts,
-                                                                     partial, out);
-  LAMINA_CUDA_LAUNCHED(channel_parts_kernel);
+    reduce(ProductTerms{a, b});
 }
 
 }  // namespace lamina::cuda_detail

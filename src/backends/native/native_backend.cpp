@@ -29,6 +29,7 @@
 #include "lamina/common.hpp"
 #include "lamina/counter_rng.hpp"
 #include "lamina/rounding.hpp"
+#include "half_rounding.hpp"
 #include "parallel.hpp"
 #include "products.hpp"
 
@@ -229,11 +230,9 @@ void NativeBackend::dot(int64_t n, const float* x, const float* y, float* result
 
 // rounding.hpp's conversions, the CUDA backend's too.
 void NativeBackend::to_half(Half format, int64_t n, const float* x, uint16_t* y) {
-  if (format == Half::kBF16) {
-    parallel_for(n, [=](int64_t i) { y[i] = float_to_bf16(x[i]); });
-  } else {
-    parallel_for(n, [=](int64_t i) { y[i] = float_to_fp16(x[i]); });
-  }
+  parallel_ranges(n, [=](int64_t begin, int64_t end) {
+    native::round_to_half(format, x + begin, end - begin, y + begin);
+  });
 }
 
 void NativeBackend::from_half(Half format, int64_t n, const uint16_t* x, float* y) {

@@ -9,14 +9,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "half_rounding.hpp"
 #include "lamina/native_backend.hpp"
-#include "lamina/rounding.hpp"
 #include "parallel.hpp"
 
 namespace lamina {
 namespace {
 
 using native::parallel_ranges;
+using native::round_to_half;
 
 // The scalars of one update call, Adam's bias correction included.
 struct UpdateScalars {
@@ -70,15 +71,6 @@ void update_run(const UpdateScalars& a, float lr, float decay, int64_t begin, in
       h[i] += gi * gi;
       w[i] -= lr * gi / (std::sqrt(h[i]) + delta);
     }
-  }
-}
-
-// copy[i] = w[i] rounded to format, for i in [0, n) (rounding.hpp's conversions).
-void round_to_half(Half format, const float* w, int64_t n, uint16_t* copy) {
-  if (format == Half::kBF16) {
-    for (int64_t i = 0; i < n; ++i) copy[i] = float_to_bf16(w[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) copy[i] = float_to_fp16(w[i]);
   }
 }
 
