@@ -109,13 +109,26 @@ TEST(Bf16Net, PrecisionsAreParsedAndRefusedWithTheirFix) {
     EXPECT_THAT(layer_names(net), ElementsAre("data", "ip1", "relu1", "ip2", "loss"));
     EXPECT_EQ(net.layer_storage(2), DType::kF32);
   }
-  // A layer without a 16-bit path in place on a BF16 blob is refused, saying what to do.
+  // A layer without a 16-bit path in place on a 16-bit layer's top makes that layer store
+  // it in FP32 (Caffe's BatchNorm in place on a convolution).
   NetParameter dropout = param;
   dropout.mutable_layer(2)->set_type("Dropout");
-  EXPECT_THAT(testing::error_of([&] { Net(dropout, TRAIN, native, 1); }),
-              HasSubstr("layer 'relu1' (Dropout) has no 16-bit path, so it cannot work in place "
-                        "on 'ip1', which layer 'ip1' stores in BF16: give its top a name of its "
-                        "own (a Convert then goes before it), or run layer 'ip1' in FP32"));
+  {
+    Net net(dropout, TRAIN, native, 1);
+    EXPECT_THAT(layer_names(net), ElementsAre("data", "ip1", "relu1", "ip2", "loss"));
+    EXPECT_EQ(net.layer_storage(1), DType::kF32);
+  }
+  // On a 16-bit blob whose producer has no FP32 to fall back on, it is refused, saying what
+  // to do.
+  NetParameter converted = parse_net_parameter(R"(
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 4 } } }
+layer { name: "half" type: "Convert" precision: BF16 }
+layer { name: "drop" type: "Dropout" bottom: "half" top: "half" }
+)", "net");
+  EXPECT_THAT(testing::error_of([&] { Net(converted, TRAIN, native, 1); }),
+              HasSubstr("layer 'drop' (Dropout) has no 16-bit path, so it cannot work in place "
+                        "on 'half', which layer 'half' stores in BF16: give its top a name of "
+                        "its own (a Convert then goes before it), or run layer 'half' in FP32"));
   // Not in place, it gets a Convert.
   dropout.mutable_layer(2)->set_top(0, "r");
   {
@@ -153,16 +166,6 @@ layer { name: "ip2" type: "Linear" precision: FP32 inner_product_param { num_out
 layer { name: "loss" type: "SoftmaxWithLoss" }
 )";
 
-// Runs `net` forward and then layer `layer` backward from the top gradient dy.
-void forward_and_backward(Net& net, int layer, const std::vector<float>& data,
-                          const std::vector<float>& dy) {
-  net.blob("data").copy_data_from_host(data);
-  net.forward();
-  net.arena().zero_diff();
-  net.layer_tops(layer)[0]->copy_diff_from_host(dy);
-  net.backward_layer(layer);
-}
-
 // A Linear layer (8 x 24 -> 16, with bias; ip1, between two FP32 layers) in BF16 or FP16
 // against FP32: same weights, input and top gradient. The format rounds x, W and dy (the
 // Convert and the 16-bit copy: a relative u each, u = 2^-8 in BF16, 2^-11 in FP16) and
@@ -186,8 +189,8 @@ TEST_P(HalfLayers, LinearStaysWithinItsFormatOfFp32ForwardAndBackward) {
                                             "ip2", "loss"));
   const int64_t rows = 8, k = 24, n = 16;
   const std::vector<float> data = random_values(rows * k, 5), dy = random_values(rows * n, 6);
-  forward_and_backward(n32, ip32, data, dy);
-  forward_and_backward(n16, ip16, data, dy);
+  testing::forward_and_backward(n32, ip32, data, dy);
+  testing::forward_and_backward(n16, ip16, data, dy);
   const std::vector<float> x = n32.blob("ip0").copy_data_to_host();
   const std::vector<float> w = n32.layer(ip32).params()[0].tensor->copy_data_to_host();
   const std::vector<float> y32 = n32.blob("ip1").copy_data_to_host();

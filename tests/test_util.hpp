@@ -22,6 +22,7 @@
 #include "lamina/common.hpp"
 #include "lamina/cuda.hpp"
 #include "lamina/native_backend.hpp"
+#include "lamina/net.hpp"
 #include "lamina/param_arena.hpp"
 #include "lamina/rounding.hpp"
 #include "lamina/tensor.hpp"
@@ -243,6 +244,17 @@ inline std::string source_dir() {
 inline std::string mnist_dir() {
   const char* env = std::getenv("LAMINA_MNIST_DIR");
   return env ? env : source_dir() + "/data/mnist";
+}
+
+// Runs `net` forward with `data` in its blob "data", then layer `layer` backward from the
+// top gradient dy (the parameters' gradients zeroed first).
+inline void forward_and_backward(Net& net, int layer, const std::vector<float>& data,
+                                 const std::vector<float>& dy) {
+  net.blob("data").copy_data_from_host(data);
+  net.forward();
+  net.arena().zero_diff();
+  net.layer_tops(layer)[0]->copy_diff_from_host(dy);
+  net.backward_layer(layer);
 }
 
 }  // namespace lamina::testing

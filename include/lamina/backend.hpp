@@ -109,6 +109,10 @@ struct ConvGeometry {
   int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
   int64_t groups;
   int64_t out_h, out_w;
+  // Element counts of x, weight and y.
+  int64_t input_count() const { return n * c * h * w; }
+  int64_t weight_count() const { return k * (c / groups) * kh * kw; }
+  int64_t output_count() const { return n * k * out_h * out_w; }
 };
 
 enum class PoolMethod { kMax, kAverage };
@@ -365,6 +369,37 @@ class Backend {
   // dx = mask == index ? dy : 0.
   virtual void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
                                     float* dx);
+  // The groups above in 16 bits, for layers that run in BF16 or FP16, where the backend
+  // supports both the group and the format (supports_half); the defaults throw. Each reads
+  // its 16-bit operands exactly and computes in FP32, as "16-bit storage" above says;
+  // convolutions accumulate in FP32 (on CUDA on tensor cores where cuDNN finds that fastest,
+  // whatever math() says).
+  // As conv_forward with x, weight and y in `format`: the product is rounded to `format`,
+  // then the bias (FP32) is added and the sum rounded again (cuDNN writes the product in
+  // y's type, and the Native backend rounds as it does).
+  virtual void conv_forward(Half format, const ConvGeometry& g, const uint16_t* x,
+                            const uint16_t* weight, const float* bias, uint16_t* y);
+  // As conv_backward_data with weight, dy and dx in `format`; dx rounded once.
+  virtual void conv_backward_data(Half format, const ConvGeometry& g, const uint16_t* weight,
+                                  const uint16_t* dy, uint16_t* dx);
+  // As conv_backward_filter with x and dy in `format`: this call's weight gradient is
+  // rounded to `format` once (cuDNN's filter gradient has the data's type), then added to
+  // the FP32 dweight; dbias += the FP32 sum of dy per output channel (dbias may be null).
+  virtual void conv_backward_filter(Half format, const ConvGeometry& g, const uint16_t* x,
+                                    const uint16_t* dy, float* dweight, float* dbias);
+  // As pool_forward and pool_backward with x, y, dy and dx in `format`: a maximum is exact,
+  // an average and a gradient summed over windows are rounded once.
+  virtual void pool_forward(Half format, PoolMethod method, const PoolGeometry& g,
+                            const uint16_t* x, uint16_t* y, int32_t* mask);
+  virtual void pool_backward(Half format, PoolMethod method, const PoolGeometry& g,
+                             const uint16_t* dy, const int32_t* mask, uint16_t* dx);
+  // As channel_affine with x and y in `format` (scale and bias FP32), y rounded once; and as
+  // channel_reduce of a in `format` alone (no b), out FP32.
+  virtual void channel_affine(Half format, int64_t outer, int64_t channels, int64_t inner,
+                              const uint16_t* x, const float* scale, const float* bias,
+                              uint16_t* y);
+  virtual void channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
+                              const uint16_t* a, float* out);
   // Whether this backend implements a group of optional operations (default: none).
   virtual bool supports(Operation) const { return false; }
 

@@ -44,6 +44,22 @@ class NativeBackend final : public Backend {
                           const uint16_t* x, uint16_t* y) override;
   void activation_backward(Half format, Activation f, int64_t n, float negative_slope,
                            const uint16_t* y, const uint16_t* dy, uint16_t* dx) override;
+  // half_conv_ops.cpp
+  void conv_forward(Half format, const ConvGeometry& g, const uint16_t* x,
+                    const uint16_t* weight, const float* bias, uint16_t* y) override;
+  void conv_backward_data(Half format, const ConvGeometry& g, const uint16_t* weight,
+                          const uint16_t* dy, uint16_t* dx) override;
+  void conv_backward_filter(Half format, const ConvGeometry& g, const uint16_t* x,
+                            const uint16_t* dy, float* dweight, float* dbias) override;
+  void pool_forward(Half format, PoolMethod method, const PoolGeometry& g, const uint16_t* x,
+                    uint16_t* y, int32_t* mask) override;
+  void pool_backward(Half format, PoolMethod method, const PoolGeometry& g, const uint16_t* dy,
+                     const int32_t* mask, uint16_t* dx) override;
+  void channel_affine(Half format, int64_t outer, int64_t channels, int64_t inner,
+                      const uint16_t* x, const float* scale, const float* bias,
+                      uint16_t* y) override;
+  void channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
+                      const uint16_t* a, float* out) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;
@@ -118,8 +134,11 @@ class NativeBackend final : public Backend {
   void advance_step(const StepSchedule& schedule, StepState* state) override;
 
  private:
-  // x (n values in format, may be null) as floats in the calling thread's staging array
-  // `slot` (0-2; half_ops.cpp), valid until that slot is used again.
+  // The calling thread's staging array `slot` (0-2; half_ops.cpp), at least n floats, valid
+  // until that slot is used again; kept, so a training step allocates nothing once the
+  // first has run.
+  static float* staging(int slot, int64_t n);
+  // x (n values in format, may be null) as floats in staging array `slot`.
   const float* widen(Half format, int64_t n, const uint16_t* x, int slot);
 };
 

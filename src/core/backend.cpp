@@ -104,6 +104,34 @@ void Backend::activation_backward(Half, Activation, int64_t, float, const uint16
   unsupported_half("activation_backward");
 }
 
+void Backend::conv_forward(Half, const ConvGeometry&, const uint16_t*, const uint16_t*,
+                           const float*, uint16_t*) {
+  unsupported_half("conv_forward");
+}
+void Backend::conv_backward_data(Half, const ConvGeometry&, const uint16_t*, const uint16_t*,
+                                 uint16_t*) {
+  unsupported_half("conv_backward_data");
+}
+void Backend::conv_backward_filter(Half, const ConvGeometry&, const uint16_t*, const uint16_t*,
+                                   float*, float*) {
+  unsupported_half("conv_backward_filter");
+}
+void Backend::pool_forward(Half, PoolMethod, const PoolGeometry&, const uint16_t*, uint16_t*,
+                           int32_t*) {
+  unsupported_half("pool_forward");
+}
+void Backend::pool_backward(Half, PoolMethod, const PoolGeometry&, const uint16_t*,
+                            const int32_t*, uint16_t*) {
+  unsupported_half("pool_backward");
+}
+void Backend::channel_affine(Half, int64_t, int64_t, int64_t, const uint16_t*, const float*,
+                             const float*, uint16_t*) {
+  unsupported_half("channel_affine");
+}
+void Backend::channel_reduce(Half, int64_t, int64_t, int64_t, const uint16_t*, float*) {
+  unsupported_half("channel_reduce");
+}
+
 std::unique_ptr<CapturedOps> Backend::capture(const std::function<void()>& ops) {
   begin_capture();
   try {

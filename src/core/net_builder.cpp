@@ -40,6 +40,9 @@ struct NetPlan {
   std::vector<std::unique_ptr<Layer>> layers;          // one per flat layer
   std::vector<std::vector<std::string>> bottoms, tops;  // blob names, per layer
   std::vector<DType> storage;  // per layer, how its tops are stored (insert_conversions)
+  // per layer, whether it stores its tops in FP32 because a layer with no 16-bit path works
+  // on them in place (fp32_producers)
+  std::vector<bool> fp32_for_in_place;
 };
 
 namespace {
@@ -225,7 +228,7 @@ void insert_splits(NetPlan& plan) {
       producer[t] = {int(i), int(j)};
     }
   }
-  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}};
+  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}, {}};
   // Consumer renames are applied as layers are emitted; producers come first.
   std::map<std::pair<int, int>, std::string> rename;
   for (size_t i = 0; i < n; ++i) {
@@ -283,12 +286,39 @@ DType storage_of_layer(const NetPlan& plan, size_t i, DType first_bottom) {
   return storage;
 }
 
+// The layers written for 16 bits that must run in FP32 all the same: those whose top a layer
+// without a 16-bit path then works on in place (Caffe's BatchNorm and Scale in place on a
+// convolution's output), which could not have a Convert before it. A layer in place on a
+// view's top would write the viewed blob too, and check_in_place (layer.cpp) refuses it.
+std::set<size_t> fp32_producers(const NetPlan& plan) {
+  std::set<size_t> out;
+  std::map<std::string, size_t> origin;  // the layer that wrote each blob, not in place
+  const auto support = [&](size_t i) { return plan.layers[i]->half_support(); };
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const auto& tops = plan.tops[i];
+    for (const std::string& b : plan.bottoms[i]) {
+      if (support(i) != Layer::HalfSupport::kNone ||
+          std::find(tops.begin(), tops.end(), b) == tops.end())
+        continue;  // not in place, or in place in 16 bits
+      const auto o = origin.find(b);
+      if (o != origin.end() && support(o->second) == Layer::HalfSupport::kHalf)
+        out.insert(o->second);
+    }
+    const auto& bottoms = plan.bottoms[i];
+    for (const std::string& t : tops)
+      if (std::find(bottoms.begin(), bottoms.end(), t) == bottoms.end()) origin[t] = i;
+  }
+  return out;
+}
+
 // 4. Every layer reads its bottoms stored as it needs them: a layer not written for 16 bits
 //    in FP32, one running in 16 bits in its format, a view as its producer stores them. A
 //    Convert goes before a layer whose bottom is stored otherwise. An in-place layer cannot
-//    have one: it runs in its blob's storage if it can run in 16 bits, and is refused on a
-//    16-bit blob if it cannot.
+//    have one: it runs in its blob's storage if it can run in 16 bits; one that cannot makes
+//    its blob's producer store it in FP32 (fp32_producers), and is refused on a 16-bit blob
+//    whose producer has no FP32 to fall back on (a Convert to 16 bits).
 void insert_conversions(NetPlan& plan) {
+  const std::set<size_t> fp32_tops = fp32_producers(plan);
   std::map<std::string, DType> stored;         // the current version of each blob
   std::map<std::string, std::string> producer;  // ... and the layer that wrote it
   std::set<std::string> names;  // every blob and layer name, which a Convert must not take
@@ -296,7 +326,7 @@ void insert_conversions(NetPlan& plan) {
     names.insert(plan.tops[i].begin(), plan.tops[i].end());
     names.insert(plan.flat[i].param.name());
   }
-  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}};
+  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}, {}};
   std::set<std::string> unread;  // blobs whose current version no layer has read yet
   // Appends a Convert of blob b to `to`; returns its top, "<b>_BF16" or "<b>_FP32".
   auto convert = [&](const std::string& b, DType to, const std::vector<int>& index_path) {
@@ -315,6 +345,7 @@ void insert_conversions(NetPlan& plan) {
     out.tops.push_back({name});
     out.flat.push_back(FlatLayer{p, index_path});
     out.storage.push_back(to);
+    out.fp32_for_in_place.push_back(false);
     stored[name] = to;
     producer[name] = name;
     unread.erase(b);
@@ -325,7 +356,10 @@ void insert_conversions(NetPlan& plan) {
     std::vector<std::string>& bottoms = plan.bottoms[i];
     DType storage = DType::kF32;
     try {
-      storage = storage_of_layer(plan, i, bottoms.empty() ? DType::kF32 : stored.at(bottoms[0]));
+      storage = fp32_tops.count(i)
+                    ? DType::kF32
+                    : storage_of_layer(plan, i, bottoms.empty() ? DType::kF32
+                                                                : stored.at(bottoms[0]));
       const Layer::HalfSupport support = plan.layers[i]->half_support();
       const bool follows = support == Layer::HalfSupport::kFollows ||
                            support == Layer::HalfSupport::kConverts;
@@ -356,6 +390,7 @@ void insert_conversions(NetPlan& plan) {
     out.tops.push_back(plan.tops[i]);
     out.flat.push_back(f);
     out.storage.push_back(storage);
+    out.fp32_for_in_place.push_back(fp32_tops.count(i) > 0);
   }
   // The net's outputs (tops no layer reads: the solver sums them, tools print them) are
   // FP32: a 16-bit one gets a Convert, whose top "<name>_FP32" is the output instead.
@@ -372,6 +407,7 @@ void insert_conversions(NetPlan& plan) {
   plan.bottoms = std::move(out.bottoms);
   plan.tops = std::move(out.tops);
   plan.storage = std::move(out.storage);
+  plan.fp32_for_in_place = std::move(out.fp32_for_in_place);
 }
 
 }  // namespace
@@ -384,7 +420,7 @@ Net::Net(const NetParameter& param, Phase phase, Backend& backend, uint64_t seed
 
 void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamArena> shared,
                 const std::string& source) {
-  NetPlan plan{backend_, phase_, seed, source, {}, {}, {}, {}, {}};
+  NetPlan plan{backend_, phase_, seed, source, {}, {}, {}, {}, {}, {}};
   flatten_layers(param, name_, plan);
   resolve_chaining(plan);
   insert_splits(plan);
@@ -404,16 +440,23 @@ void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamA
 
 // "TRAIN net 'mlp': every layer in TF32", or "...: BF16 in fc1, fc2; FP32 in loss", naming
 // apart the layers asked to run in 16 bits that run in FP32: those without a 16-bit path,
-// and those in place on an FP32 blob.
+// those whose top such a layer works on in place, views of FP32 blobs, and those in place
+// on an FP32 blob.
 void Net::log_precisions(const NetPlan& plan) const {
   std::map<std::string, std::string> names;
   for (size_t i = 0; i < layers_.size(); ++i) {
     std::string label = is_half(storage_[i]) ? dtype_name(storage_[i]) : math_name(math_[i]);
     const Precision asked = plan.flat[i].param.precision();
     if (!is_half(storage_[i]) && (asked == BF16 || asked == FP16)) {
-      label += layers_[i]->half_support() == Layer::HalfSupport::kNone
-                   ? std::string(" (no ") + Precision_Name(asked) + " path)"
-                   : std::string(" (in place on an FP32 blob)");
+      const Layer::HalfSupport support = layers_[i]->half_support();
+      if (support == Layer::HalfSupport::kNone)
+        label += std::string(" (no ") + Precision_Name(asked) + " path)";
+      else if (plan.fp32_for_in_place[i])
+        label += " (its top is worked on in place by a layer with no 16-bit path)";
+      else if (support == Layer::HalfSupport::kFollows)
+        label += " (a view of an FP32 blob)";
+      else
+        label += " (in place on an FP32 blob)";
     }
     std::string& list = names[label];
     list += (list.empty() ? "" : ", ") + layers_[i]->name();

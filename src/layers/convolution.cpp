@@ -7,6 +7,9 @@
 // 1, pad 0, dilation 1; weight filler xavier, bias filler constant 0. Input channels and
 // outputs are split into `group` independent convolutions.
 // Gradients: dbottom written with =; dweight and dbias accumulate with +=.
+// In a 16-bit precision the bottom, the top and their gradients are 16-bit and the
+// convolutions read the weight's 16-bit copy; the parameters and their gradients stay FP32
+// (Backend::conv_* with a Half says where results are rounded).
 #include <vector>
 
 #include "lamina/layer.hpp"
@@ -21,6 +24,7 @@ class ConvolutionLayer : public Layer {
   using Layer::Layer;
   std::vector<std::string> parameter_messages() const override { return {"convolution_param"}; }
   std::vector<Operation> operations() const override { return {Operation::kConvolution}; }
+  HalfSupport half_support() const override { return HalfSupport::kHalf; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const ConvolutionParameter& p = param_.convolution_param();
@@ -74,9 +78,15 @@ class ConvolutionLayer : public Layer {
       add_param("bias", {k}, p.has_bias_filler() ? p.bias_filler() : FillerParameter());
     }
     top[0]->reshape({g_.n, k, g_.out_h, g_.out_w});
+    storage_ = x.dtype();
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
+    if (is_half(storage_)) {
+      backend_.conv_forward(half_format(storage_), g_, bottom[0]->half_data(),
+                            params_[0].tensor->half_copy(), bias(), top[0]->mutable_half_data());
+      return;
+    }
     backend_.conv_forward(g_, bottom[0]->data(), params_[0].tensor->data(), bias(),
                           top[0]->mutable_data());
   }
@@ -84,6 +94,11 @@ class ConvolutionLayer : public Layer {
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
+    if (is_half(storage_)) {
+      backend_.conv_backward_data(half_format(storage_), g_, params_[0].tensor->half_copy(),
+                                  top[0]->half_diff(), bottom[0]->mutable_half_diff());
+      return;
+    }
     backend_.conv_backward_data(g_, params_[0].tensor->data(), top[0]->diff(),
                                 bottom[0]->mutable_diff());
   }
@@ -92,9 +107,15 @@ class ConvolutionLayer : public Layer {
   // is shared with another layer.
   void backward_params(const Tensors& top, const Tensors& bottom) override {
     SideLane lane(backend_, !any_shared(params_));
+    float* dbias = bias_term_ ? params_[1].tensor->mutable_diff() : nullptr;
+    if (is_half(storage_)) {
+      backend_.conv_backward_filter(half_format(storage_), g_, bottom[0]->half_data(),
+                                    top[0]->half_diff(), params_[0].tensor->mutable_diff(),
+                                    dbias);
+      return;
+    }
     backend_.conv_backward_filter(g_, bottom[0]->data(), top[0]->diff(),
-                                  params_[0].tensor->mutable_diff(),
-                                  bias_term_ ? params_[1].tensor->mutable_diff() : nullptr);
+                                  params_[0].tensor->mutable_diff(), dbias);
   }
 
  private:
@@ -107,6 +128,7 @@ class ConvolutionLayer : public Layer {
 
   ConvGeometry g_{};
   bool bias_term_ = true;
+  DType storage_ = DType::kF32;  // the bottom's and top's (the net chose it)
 };
 
 }  // namespace

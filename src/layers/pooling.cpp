@@ -8,6 +8,7 @@
 // Max pooling records the arg-max of every window in an int32 mask (N, C, OH, OW) and its
 // backward routes dtop there; average pooling spreads dtop over the window. dbottom is
 // written with =. Caffe's optional second top (the mask as floats) is not supported.
+// In a 16-bit precision the bottom, the top and their gradients are 16-bit.
 #include <vector>
 
 #include "lamina/layer.hpp"
@@ -22,6 +23,7 @@ class PoolingLayer : public Layer {
   using Layer::Layer;
   std::vector<std::string> parameter_messages() const override { return {"pooling_param"}; }
   std::vector<Operation> operations() const override { return {Operation::kPooling}; }
+  HalfSupport half_support() const override { return HalfSupport::kHalf; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const PoolingParameter& p = param_.pooling_param();
@@ -68,15 +70,26 @@ class PoolingLayer : public Layer {
                    " padded by ", pad.h, "x", pad.w, ": the output would be empty");
     top[0]->reshape({g_.n, g_.c, g_.out_h, g_.out_w});
     if (method_ == PoolMethod::kMax) mask_ = Buffer(backend_, sizeof(int32_t) * top[0]->count());
+    storage_ = x.dtype();
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
+    if (is_half(storage_)) {
+      backend_.pool_forward(half_format(storage_), method_, g_, bottom[0]->half_data(),
+                            top[0]->mutable_half_data(), mask());
+      return;
+    }
     backend_.pool_forward(method_, g_, bottom[0]->data(), top[0]->mutable_data(), mask());
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
+    if (is_half(storage_)) {
+      backend_.pool_backward(half_format(storage_), method_, g_, top[0]->half_diff(), mask(),
+                             bottom[0]->mutable_half_diff());
+      return;
+    }
     backend_.pool_backward(method_, g_, top[0]->diff(), mask(), bottom[0]->mutable_diff());
   }
 
@@ -94,6 +107,7 @@ class PoolingLayer : public Layer {
   PoolMethod method_ = PoolMethod::kMax;
   PoolGeometry g_{};
   Buffer mask_;  // max only: (N, C, OH, OW) arg-max index h * W + w within the bottom plane
+  DType storage_ = DType::kF32;  // the bottom's and top's (the net chose it)
 };
 
 }  // namespace

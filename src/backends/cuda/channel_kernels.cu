@@ -1,5 +1,6 @@
 // Per-channel operations on arrays viewed as (outer, channels, inner): batch statistics,
-// batch normalisation, the per-channel affine map and per-channel sums.
+// batch normalisation, the per-channel affine map and per-channel sums (these two also of
+// 16-bit arrays: a convolution's bias in 16 bits).
 //
 // Reductions give each channel one block (block-stride over channels) that walks the channel's
 // outer * inner elements and sums them in double with kernel_util.cuh's block_sum; or, with
@@ -13,6 +14,7 @@
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/half_storage.cuh"
 #include "backends/cuda/kernel_util.cuh"
 
 namespace lamina::cuda_detail {
@@ -42,11 +44,13 @@ struct ChannelWalk {
 
 // The sums' terms of channel c's element i (index into the (outer, channels, inner) array),
 // added into sum[0..kSums).
-struct PlainTerms {  // a
+template <class S>  // a, stored as S says (half_storage.cuh)
+struct StoredTerms {
   static constexpr int kSums = 1;
-  const float* a;
-  __device__ void operator()(int64_t i, int64_t, double* sum) const { sum[0] += a[i]; }
+  const typename S::Stored* a;
+  __device__ void operator()(int64_t i, int64_t, double* sum) const { sum[0] += S::load(a[i]); }
 };
+using PlainTerms = StoredTerms<Fp32Storage>;
 struct ProductTerms {  // a b
   static constexpr int kSums = 1;
   const float *a, *b;
@@ -140,16 +144,20 @@ struct NormalizeOp {  // y = (x - mean[c]) * inv_std[c]
     y[i] = __fmul_rn(__fsub_rn(v, mean[c]), inv_std[c]);
   }
 };
-struct AffineOp {  // y = x * scale[c] + bias[c]; null scale means 1, null bias 0
-  const float *x, *scale, *bias;
-  float* y;
+// y = x * scale[c] + bias[c]; null scale means 1, null bias 0; x and y stored as S says.
+template <class S>
+struct StoredAffineOp {
+  const typename S::Stored* x;
+  const float *scale, *bias;
+  typename S::Stored* y;
   using In = float;
-  __device__ In load(int64_t i) const { return x[i]; }
+  __device__ In load(int64_t i) const { return S::load(x[i]); }
   __device__ void apply(int64_t i, int64_t c, In v) const {
     const float sc = scale != nullptr ? scale[c] : 1.0f, b = bias != nullptr ? bias[c] : 0.0f;
-    y[i] = __fadd_rn(__fmul_rn(v, sc), b);
+    y[i] = S::store(__fadd_rn(__fmul_rn(v, sc), b));
   }
 };
+using AffineOp = StoredAffineOp<Fp32Storage>;
 // Batch normalisation's input gradient of one element: inv_std (dy - mean_dy - y mean_dy_y),
 // with mean_dy = mean_c(dy) and mean_dy_y = mean_c(dy y) of its channel.
 __device__ __forceinline__ float normalize_backward_value(float inv_std, float y, float dy,
@@ -328,6 +336,27 @@ void launch_partial(cudaStream_t s, int64_t outer, int64_t channels, int64_t inn
   LAMINA_CUDA_LAUNCHED(channel_partial_kernel);
 }
 
+// out[c] += the sum of each channel's terms: a block per channel, or split (ChannelParts) with
+// the parts' sums in the context's workspace.
+template <class Terms>
+void reduce_channels(CudaContext& context, cudaStream_t s, int64_t outer, int64_t channels,
+                     int64_t inner, const Terms& terms, float* out) {
+  if (channels <= 0 || outer * inner == 0) return;
+  const ChannelParts split(outer, channels, inner, context.sm_count());
+  if (split.parts == 0) {
+    channel_reduce_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels, inner,
+                                                                       terms, out);
+    LAMINA_CUDA_LAUNCHED(channel_reduce_kernel);
+    return;
+  }
+  auto* partial =
+      static_cast<double*>(context.workspace(sizeof(double) * channels * split.parts));
+  launch_partial(s, outer, channels, inner, split, terms, partial);
+  channel_parts_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts,
+                                                                     partial, out);
+  LAMINA_CUDA_LAUNCHED(channel_parts_kernel);
+}
+
 // y = (x - mean[c]) * inv_std[c] over (outer, channels, inner).
 void normalize(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, const float* x,
                const float* mean, const float* inv_std, float* y) {
@@ -424,26 +453,29 @@ void CudaBackend::channel_affine(int64_t outer, int64_t channels, int64_t inner,
 void CudaBackend::channel_reduce(int64_t outer, int64_t channels, int64_t inner,
                                  const float* a, const float* b, float* out) {
   const cudaStream_t s = on_device();
-  if (channels <= 0 || outer * inner == 0) return;
-  const ChannelParts split(outer, channels, inner, context_.sm_count());
-  const auto reduce = [&](const auto& terms) {
-    if (split.parts == 0) {
-      channel_reduce_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels,
-                                                                         inner, terms, out);
-      LAMINA_CUDA_LAUNCHED(channel_reduce_kernel);
-      return;
-    }
-    auto* partial =
-        static_cast<double*>(context_.workspace(sizeof(double) * channels * split.parts));
-    launch_partial(s, outer, channels, inner, split, terms, partial);
-    channel_parts_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts,
-                                                                       partial, out);
-    LAMINA_CUDA_LAUNCHED(channel_parts_kernel);
-  };
   if (b == nullptr)
-    reduce(PlainTerms{a});
+    reduce_channels(context_, s, outer, channels, inner, PlainTerms{a}, out);
   else
-    reduce(ProductTerms{a, b});
+    reduce_channels(context_, s, outer, channels, inner, ProductTerms{a, b}, out);
+}
+
+void CudaBackend::channel_affine(Half format, int64_t outer, int64_t channels, int64_t inner,
+                                 const uint16_t* x, const float* scale, const float* bias,
+                                 uint16_t* y) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    using Op = StoredAffineOp<decltype(storage)>;
+    launch_channel_op(s, outer, channels, inner, Op{x, scale, bias, y});
+  });
+}
+
+void CudaBackend::channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
+                                 const uint16_t* a, float* out) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    using Terms = StoredTerms<decltype(storage)>;
+    reduce_channels(context_, s, outer, channels, inner, Terms{a}, out);
+  });
 }
 
 }  // namespace lamina::cuda_detail

@@ -11,7 +11,11 @@
 //   dW_g (kg, group_rows)   += dy_g col_g^T
 // The groups of one image are one strided-batched sgemm. col2im gathers: one thread per
 // input element sums the taps that read it, in the Native backend's order (no atomics).
-// The column matrix lives in the context's workspace.
+// The column matrix lives in the context's workspace. In 16 bits (where cuDNN cannot) the
+// operands are widened to floats after it in the workspace, the float path runs, and the
+// results are rounded: the filter gradient of one call before it is added, as cuDNN's is.
+#include <array>
+
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
@@ -173,6 +177,65 @@ void CudaBackend::im2col_conv_backward_filter(const ConvGeometry& g, const float
                  d.group_rows * d.out_plane, 1.0f, dweight, d.group_rows,
                  d.kg * d.group_rows, g.groups);
   }
+}
+
+// ---- 16-bit convolutions where cuDNN cannot: widened to floats, the float im2col above ----
+
+namespace {
+
+// The context's workspace laid out for a widened convolution: the float im2col's column
+// matrix first (it asks the workspace for that much and gets its start), then float copies
+// of the operands and the results, `counts` floats each at 256-byte boundaries.
+template <size_t N>
+std::array<float*, N> widened_arrays(CudaContext& context, const ConvGeometry& g,
+                                     const std::array<int64_t, N>& counts) {
+  const auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  size_t offsets[N + 1];
+  offsets[0] = aligned(sizeof(float) * im2col_dims(g).col_floats);
+  for (size_t i = 0; i < N; ++i) offsets[i + 1] = offsets[i] + aligned(sizeof(float) * counts[i]);
+  char* base = static_cast<char*>(context.workspace(offsets[N]));
+  std::array<float*, N> arrays;
+  for (size_t i = 0; i < N; ++i) arrays[i] = reinterpret_cast<float*>(base + offsets[i]);
+  return arrays;
+}
+
+}  // namespace
+
+void CudaBackend::im2col_conv_forward(Half format, const ConvGeometry& g, const uint16_t* x,
+                                      const uint16_t* weight, uint16_t* y) {
+  const auto [wx, ww, wy] = widened_arrays<3>(
+      context_, g, {g.input_count(), g.weight_count(), g.output_count()});
+  from_half(format, g.input_count(), x, wx);
+  from_half(format, g.weight_count(), weight, ww);
+  im2col_conv_forward(g, wx, ww, wy);
+  to_half(format, g.output_count(), wy, y);
+}
+
+void CudaBackend::im2col_conv_backward_data(Half format, const ConvGeometry& g,
+                                            const uint16_t* weight, const uint16_t* dy,
+                                            uint16_t* dx) {
+  const auto [ww, wdy, wdx] = widened_arrays<3>(
+      context_, g, {g.weight_count(), g.output_count(), g.input_count()});
+  from_half(format, g.weight_count(), weight, ww);
+  from_half(format, g.output_count(), dy, wdy);
+  im2col_conv_backward_data(g, ww, wdy, wdx);
+  to_half(format, g.input_count(), wdx, dx);
+}
+
+// As cuDNN's 16-bit filter gradient: this call's gradient rounded to format, then added.
+void CudaBackend::im2col_conv_backward_filter(Half format, const ConvGeometry& g,
+                                              const uint16_t* x, const uint16_t* dy,
+                                              float* dweight) {
+  const int64_t weights = g.weight_count();
+  const auto [wx, wdy, wdw, half_dw] = widened_arrays<4>(
+      context_, g, {g.input_count(), g.output_count(), weights, (weights + 1) / 2});
+  from_half(format, g.input_count(), x, wx);
+  from_half(format, g.output_count(), dy, wdy);
+  zero(sizeof(float) * weights, wdw);
+  im2col_conv_backward_filter(g, wx, wdy, wdw);
+  auto* rounded = reinterpret_cast<uint16_t*>(half_dw);
+  to_half(format, weights, wdw, rounded);
+  add_half(format, weights, rounded, dweight);
 }
 
 }  // namespace lamina::cuda_detail

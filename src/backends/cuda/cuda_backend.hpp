@@ -5,7 +5,8 @@
 // Where things are:
 //   cuda_backend.cpp     memory, transfers, cuBLAS calls, make_cuda_backend, device_query
 //   blas_kernels.cu      fill, mul, axpby, dot
-//   half_kernels.cu      16-bit storage: to_half, from_half (rounding.hpp's conversions)
+//   half_kernels.cu      16-bit storage: to_half, from_half (rounding.hpp's conversions),
+//                        add_half
 //   half_gemm.cu         16-bit storage: supports_half and the gemms with 16-bit operands
 //   half_storage.cuh     how kernels written once read and write FP32 or 16-bit arrays
 //   activation_kernels.cu, softmax_kernels.cu, loss_kernels.cu (cross-entropy, NLL,
@@ -13,8 +14,8 @@
 //   linear.cu            the fused Linear: cuBLASLt with bias/ReLU epilogues (FP32 or 16-bit)
 //   linear_bias_backward.cu  the ReLU-derivative + bias-gradient kernel (FP32 or 16-bit)
 //   cudnn.cpp            everything cuDNN (the one file that includes cudnn.h): the handle,
-//                        and convolution, with its plans (descriptors, algorithms) cached
-//                        per geometry in the context
+//                        and convolution (FP32, TF32, BF16, FP16), with its plans
+//                        (descriptors, algorithms) cached per geometry and mode in the context
 //   conv_kernels.cu      convolution by im2col + cuBLAS, for builds without cuDNN and
 //                        geometries cuDNN cannot take
 //   pooling_kernels.cu, channel_kernels.cu (batch norm, per-channel affine and sums),
@@ -152,6 +153,22 @@ class CudaBackend final : public Backend {
                            int32_t* mask) override;
   void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
                             float* dx) override;
+  // The optional groups in 16 bits: cudnn.cpp, pooling_kernels.cu, channel_kernels.cu.
+  void conv_forward(Half format, const ConvGeometry& g, const uint16_t* x,
+                    const uint16_t* weight, const float* bias, uint16_t* y) override;
+  void conv_backward_data(Half format, const ConvGeometry& g, const uint16_t* weight,
+                          const uint16_t* dy, uint16_t* dx) override;
+  void conv_backward_filter(Half format, const ConvGeometry& g, const uint16_t* x,
+                            const uint16_t* dy, float* dweight, float* dbias) override;
+  void pool_forward(Half format, PoolMethod method, const PoolGeometry& g, const uint16_t* x,
+                    uint16_t* y, int32_t* mask) override;
+  void pool_backward(Half format, PoolMethod method, const PoolGeometry& g, const uint16_t* dy,
+                     const int32_t* mask, uint16_t* dx) override;
+  void channel_affine(Half format, int64_t outer, int64_t channels, int64_t inner,
+                      const uint16_t* x, const float* scale, const float* bias,
+                      uint16_t* y) override;
+  void channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
+                      const uint16_t* a, float* out) override;
   // Every optional operation: convolution runs through cuDNN, or im2col + cuBLAS without it.
   bool supports(Operation) const override { return true; }
   bool supports_math(Math math) const override;  // TF32 from compute capability 8.0
@@ -190,6 +207,17 @@ class CudaBackend final : public Backend {
                                  float* dx);
   void im2col_conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
                                    float* dweight);
+  // The same in 16 bits where cuDNN cannot: the operands widened to floats (in the
+  // workspace, after the column matrix), the float path, the results rounded; this call's
+  // filter gradient is rounded before it is added, as cuDNN's is.
+  void im2col_conv_forward(Half format, const ConvGeometry& g, const uint16_t* x,
+                           const uint16_t* weight, uint16_t* y);
+  void im2col_conv_backward_data(Half format, const ConvGeometry& g, const uint16_t* weight,
+                                 const uint16_t* dy, uint16_t* dx);
+  void im2col_conv_backward_filter(Half format, const ConvGeometry& g, const uint16_t* x,
+                                   const uint16_t* dy, float* dweight);
+  // y[i] += the value of x[i] in format, i < n (half_kernels.cu).
+  void add_half(Half format, int64_t n, const uint16_t* x, float* y);
 
   // y (rows, n) = act(x (rows, k) W (n, k)^T + bias) as one cuBLASLt matmul, x, W and y
   // stored as `storage` (CUDA_R_32F, _16BF or _16F), the bias FP32 (linear.cu). False,

@@ -22,6 +22,13 @@
 // y and dx are written (cuDNN's beta = 0), dweight accumulates (beta = 1). The bias is added
 // by channel_affine and its gradient accumulated by channel_reduce (blocks per channel,
 // in double), as deterministic as the rest.
+//
+// In 16 bits (Backend's conv_* with a Half) x, weight, y and their gradients are BF16 or
+// FP16 and the convolution computes in FP32 (cuDNN's "pseudo" 16-bit configurations) on
+// tensor cores where cuDNN finds that fastest, planned separately from the float modes
+// (ConvMode). cuDNN writes the filter gradient in the data's type, so it goes into the
+// lane's workspace (beta = 0) and is then added to the FP32 dweight (add_half). A direction
+// without a cuDNN algorithm widens its operands and runs the float im2col (conv_kernels.cu).
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -140,10 +147,16 @@ bool fits_cudnn(const ConvGeometry& g) {
                      [](int64_t v) { return v <= int64_t{INT_MAX}; });
 }
 
-// The plan of g, made (and its algorithms chosen) on the first call for g.
-const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g, Math math) {
+// Where a 16-bit filter gradient goes in its lane's workspace: after the algorithm's own
+// workspace, at a 256-byte boundary.
+size_t filter_gradient_offset(const Choice& backward_filter) {
+  return (backward_filter.workspace + 255) / 256 * 256;
+}
+
+// The plan of g in mode, made (and its algorithms chosen) on the first call for both.
+const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g, ConvMode mode) {
   auto& plans = context.conv_plans().by_geometry;
-  const GeometryKey key = key_of(g, math);
+  const GeometryKey key = key_of(g, mode);
   const auto found = plans.find(key);
   if (found != plans.end()) return *found->second;
 
@@ -155,24 +168,70 @@ const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g, Math math)
     const size_t limit =
         std::max(context.workspace_bytes(), std::min(free_bytes / 4, kMaxAlgorithmWorkspace));
     const auto remembered = context.conv_plans().remembered.find(key);
-    search(context, limit, g, math, *plan,
+    search(context, limit, g, mode, *plan,
            remembered == context.conv_plans().remembered.end() ? nullptr : &remembered->second);
     count_conv_algorithm_search();
     // One workspace per lane for the whole net, grown here, once, to what this geometry
-    // needs: the filter gradient runs on the side lane (Convolution::backward_params).
-    const size_t needed = std::max({plan->forward.workspace, plan->backward_data.workspace,
-                                    plan->backward_filter.workspace});
-    context.reserve_workspaces(std::max(plan->forward.workspace, plan->backward_data.workspace),
-                               plan->backward_filter.workspace);
-    VLOG(1) << math_name(math) << " convolution " << describe(g) << ": forward algorithm "
-            << plan->forward.algo
-            << ", backward-data " << plan->backward_data.algo << ", backward-filter "
-            << plan->backward_filter.algo << ", workspace " << needed << " bytes";
+    // needs, so that no call of a step grows it. The filter gradient runs on the side lane
+    // (Convolution::backward_params), or on the main lane where its parameters are shared;
+    // in 16 bits cuDNN writes it into the lane's workspace, after the algorithm's.
+    const size_t filter_bytes =
+        element_bytes(mode) == 4 ? plan->backward_filter.workspace
+                                 : filter_gradient_offset(plan->backward_filter) +
+                                       element_bytes(mode) * g.weight_count();
+    context.reserve_workspaces(
+        std::max({plan->forward.workspace, plan->backward_data.workspace, filter_bytes}),
+        filter_bytes);
+    VLOG(1) << mode_name(mode) << " convolution " << describe(g) << ": forward algorithm "
+            << plan->forward.algo << ", backward-data " << plan->backward_data.algo
+            << ", backward-filter " << plan->backward_filter.algo << ", workspaces "
+            << plan->forward.workspace << ", " << plan->backward_data.workspace << " and "
+            << plan->backward_filter.workspace << " bytes";
   } else {
     LOG(WARNING) << "convolution " << describe(g) << " exceeds cuDNN's 32-bit sizes; "
                  << "using im2col + cuBLAS";
   }
   return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+// The context's workspace for a direction's algorithm (null when it needs none).
+void* workspace_for(CudaContext& context, const Choice& choice) {
+  return choice.workspace > 0 ? context.workspace(choice.workspace) : nullptr;
+}
+
+// y = conv(x, weight), written, in the plan's mode.
+void run_forward(CudaContext& context, const ConvPlan& plan, const void* x, const void* weight,
+                 void* y) {
+  const float one = 1.0f, zero = 0.0f;
+  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.forward.math));
+  LAMINA_CUDNN_CHECK(cudnnConvolutionForward(
+      context.dnn(), &one, plan.x->get(), x, plan.w->get(), weight, plan.conv->get(),
+      static_cast<cudnnConvolutionFwdAlgo_t>(plan.forward.algo),
+      workspace_for(context, plan.forward), plan.forward.workspace, &zero, plan.y->get(), y));
+}
+
+// dx = the gradient w.r.t. x, written.
+void run_backward_data(CudaContext& context, const ConvPlan& plan, const void* weight,
+                       const void* dy, void* dx) {
+  const float one = 1.0f, zero = 0.0f;
+  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_data.math));
+  LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardData(
+      context.dnn(), &one, plan.w->get(), weight, plan.y->get(), dy, plan.conv->get(),
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.backward_data.algo),
+      workspace_for(context, plan.backward_data), plan.backward_data.workspace, &zero,
+      plan.x->get(), dx));
+}
+
+// dweight = beta dweight + the gradient w.r.t. the weight, the algorithm's workspace at
+// `workspace`.
+void run_backward_filter(CudaContext& context, const ConvPlan& plan, const void* x,
+                         const void* dy, float beta, void* dweight, void* workspace) {
+  const float one = 1.0f;
+  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_filter.math));
+  LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      context.dnn(), &one, plan.x->get(), x, plan.y->get(), dy, plan.conv->get(),
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.backward_filter.algo), workspace,
+      plan.backward_filter.workspace, &beta, plan.w->get(), dweight));
 }
 
 }  // namespace
@@ -182,18 +241,11 @@ void CudaBackend::conv_forward(const ConvGeometry& g, const float* x, const floa
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g, math());
+  const ConvPlan& plan = plan_for(context_, g, conv_mode(math()));
   if (plan.forward.algo < 0) {
     im2col_conv_forward(g, x, weight, y);
   } else {
-    const float one = 1.0f, zero = 0.0f;
-    void* workspace = plan.forward.workspace > 0 ? context_.workspace(plan.forward.workspace)
-                                                 : nullptr;
-    LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.forward.math));
-    LAMINA_CUDNN_CHECK(cudnnConvolutionForward(
-        context_.dnn(), &one, plan.x->get(), x, plan.w->get(), weight, plan.conv->get(),
-        static_cast<cudnnConvolutionFwdAlgo_t>(plan.forward.algo), workspace,
-        plan.forward.workspace, &zero, plan.y->get(), y));
+    run_forward(context_, plan, x, weight, y);
   }
   if (bias != nullptr) channel_affine(g.n, g.k, g.out_h * g.out_w, y, nullptr, bias, y);
 }
@@ -203,20 +255,12 @@ void CudaBackend::conv_backward_data(const ConvGeometry& g, const float* weight,
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g, math());
+  const ConvPlan& plan = plan_for(context_, g, conv_mode(math()));
   if (plan.backward_data.algo < 0) {
     im2col_conv_backward_data(g, weight, dy, dx);
-    return;
+  } else {
+    run_backward_data(context_, plan, weight, dy, dx);
   }
-  const float one = 1.0f, zero = 0.0f;
-  void* workspace = plan.backward_data.workspace > 0
-                        ? context_.workspace(plan.backward_data.workspace)
-                        : nullptr;
-  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_data.math));
-  LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardData(
-      context_.dnn(), &one, plan.w->get(), weight, plan.y->get(), dy, plan.conv->get(),
-      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.backward_data.algo), workspace,
-      plan.backward_data.workspace, &zero, plan.x->get(), dx));
 }
 
 void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
@@ -224,21 +268,62 @@ void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, co
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g, math());
+  const ConvPlan& plan = plan_for(context_, g, conv_mode(math()));
   if (plan.backward_filter.algo < 0) {
     im2col_conv_backward_filter(g, x, dy, dweight);
-  } else {
-    const float one = 1.0f;  // alpha, and beta: dweight accumulates
-    void* workspace = plan.backward_filter.workspace > 0
-                          ? context_.workspace(plan.backward_filter.workspace)
-                          : nullptr;
-    LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_filter.math));
-    LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-        context_.dnn(), &one, plan.x->get(), x, plan.y->get(), dy, plan.conv->get(),
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.backward_filter.algo), workspace,
-        plan.backward_filter.workspace, &one, plan.w->get(), dweight));
+  } else {  // dweight accumulates: beta 1
+    run_backward_filter(context_, plan, x, dy, 1.0f, dweight,
+                        workspace_for(context_, plan.backward_filter));
   }
   if (dbias != nullptr) channel_reduce(g.n, g.k, g.out_h * g.out_w, dy, nullptr, dbias);
+}
+
+void CudaBackend::conv_forward(Half format, const ConvGeometry& g, const uint16_t* x,
+                               const uint16_t* weight, const float* bias, uint16_t* y) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  const ConvPlan& plan = plan_for(context_, g, conv_mode(format));
+  if (plan.forward.algo < 0) {
+    im2col_conv_forward(format, g, x, weight, y);
+  } else {
+    run_forward(context_, plan, x, weight, y);
+  }
+  if (bias != nullptr) channel_affine(format, g.n, g.k, g.out_h * g.out_w, y, nullptr, bias, y);
+}
+
+void CudaBackend::conv_backward_data(Half format, const ConvGeometry& g, const uint16_t* weight,
+                                     const uint16_t* dy, uint16_t* dx) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  const ConvPlan& plan = plan_for(context_, g, conv_mode(format));
+  if (plan.backward_data.algo < 0) {
+    im2col_conv_backward_data(format, g, weight, dy, dx);
+  } else {
+    run_backward_data(context_, plan, weight, dy, dx);
+  }
+}
+
+// cuDNN writes the weight gradient in the data's type: into the workspace (beta 0), after the
+// algorithm's own, then added to the FP32 dweight.
+void CudaBackend::conv_backward_filter(Half format, const ConvGeometry& g, const uint16_t* x,
+                                       const uint16_t* dy, float* dweight, float* dbias) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  const ConvPlan& plan = plan_for(context_, g, conv_mode(format));
+  if (plan.backward_filter.algo < 0) {
+    im2col_conv_backward_filter(format, g, x, dy, dweight);
+  } else {
+    const size_t offset = filter_gradient_offset(plan.backward_filter);
+    auto* workspace = static_cast<char*>(
+        context_.workspace(offset + sizeof(uint16_t) * g.weight_count()));
+    auto* gradient = reinterpret_cast<uint16_t*>(workspace + offset);
+    run_backward_filter(context_, plan, x, dy, 0.0f, gradient, workspace);
+    add_half(format, g.weight_count(), gradient, dweight);
+  }
+  if (dbias != nullptr) channel_reduce(format, g.n, g.k, g.out_h * g.out_w, dy, dbias);
 }
 
 #else  // !LAMINA_WITH_CUDNN: every convolution by im2col + cuBLAS.
@@ -281,6 +366,32 @@ void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, co
   if (g.n == 0) return;
   im2col_conv_backward_filter(g, x, dy, dweight);
   if (dbias != nullptr) channel_reduce(g.n, g.k, g.out_h * g.out_w, dy, nullptr, dbias);
+}
+
+void CudaBackend::conv_forward(Half format, const ConvGeometry& g, const uint16_t* x,
+                               const uint16_t* weight, const float* bias, uint16_t* y) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  im2col_conv_forward(format, g, x, weight, y);
+  if (bias != nullptr) channel_affine(format, g.n, g.k, g.out_h * g.out_w, y, nullptr, bias, y);
+}
+
+void CudaBackend::conv_backward_data(Half format, const ConvGeometry& g, const uint16_t* weight,
+                                     const uint16_t* dy, uint16_t* dx) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  im2col_conv_backward_data(format, g, weight, dy, dx);
+}
+
+void CudaBackend::conv_backward_filter(Half format, const ConvGeometry& g, const uint16_t* x,
+                                       const uint16_t* dy, float* dweight, float* dbias) {
+  on_device();
+  check_geometry(g);
+  if (g.n == 0) return;
+  im2col_conv_backward_filter(format, g, x, dy, dweight);
+  if (dbias != nullptr) channel_reduce(format, g.n, g.k, g.out_h * g.out_w, dy, dbias);
 }
 
 #endif

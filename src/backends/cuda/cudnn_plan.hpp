@@ -40,27 +40,55 @@ using ConvolutionDescriptor =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
                cudnnDestroyConvolutionDescriptor>;
 
-// The cuDNN math types a float convolution in a Math may run in. FP32: FMA math only, off
-// tensor cores. TF32: the descriptor allows tensor cores (tensor-op math) while algorithms
-// are timed, and the fastest of cuDNN's tensor-op and default-math results is taken: TF32
-// allows tensor cores without forcing them, so a small convolution keeps its fast FMA-like
-// kernels. Before cuDNN 8 (no TF32): default math, FP32.
-inline cudnnMathType_t cudnn_math(Math math) {
+// What a convolution stores and computes in: FP32 or TF32 on floats (Math), or BF16 or FP16
+// storage accumulating in FP32 (Half). A convolution is planned once per geometry and mode.
+enum class ConvMode { kFP32, kTF32, kBF16, kFP16 };
+
+inline ConvMode conv_mode(Math math) {
+  return math == Math::kTF32 ? ConvMode::kTF32 : ConvMode::kFP32;
+}
+inline ConvMode conv_mode(Half format) {
+  return format == Half::kBF16 ? ConvMode::kBF16 : ConvMode::kFP16;
+}
+
+// The type of the mode's stored values, and its size in bytes. The convolution descriptor
+// computes in FP32 in every mode (with 16-bit data: cuDNN's "pseudo" 16-bit configurations).
+inline cudnnDataType_t cudnn_data_type(ConvMode mode) {
+  switch (mode) {
+    case ConvMode::kBF16: return CUDNN_DATA_BFLOAT16;
+    case ConvMode::kFP16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+inline size_t element_bytes(ConvMode mode) {
+  return mode == ConvMode::kBF16 || mode == ConvMode::kFP16 ? 2 : 4;
+}
+
+// The cuDNN math types a convolution in a mode may run in. FP32: FMA math only, off tensor
+// cores. TF32, BF16 and FP16: the descriptor allows tensor cores (tensor-op math) while
+// algorithms are timed, and the fastest of cuDNN's tensor-op and default-math results is
+// taken: a small convolution keeps its fast FMA-like kernels. Before cuDNN 8 (no TF32):
+// default math.
+inline cudnnMathType_t cudnn_math(ConvMode mode) {
 #if CUDNN_VERSION >= 8000
-  return math == Math::kTF32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  return mode == ConvMode::kFP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
 #else
-  (void)math;
-  return CUDNN_DEFAULT_MATH;
+  return mode == ConvMode::kFP32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
 #endif
 }
-// The math type of a Math's algorithms that do not run in tensor-op math: FMA for FP32
-// (the only one), cuDNN's default math for TF32.
-inline cudnnMathType_t plain_math(Math math) {
-  return math == Math::kTF32 ? CUDNN_DEFAULT_MATH : cudnn_math(math);
+// The math type of a mode's algorithms that do not run in tensor-op math: FMA for FP32
+// (the only one), cuDNN's default math for the others.
+inline cudnnMathType_t plain_math(ConvMode mode) {
+  return mode == ConvMode::kFP32 ? cudnn_math(mode) : CUDNN_DEFAULT_MATH;
 }
-// Whether an algorithm of math type `type` runs in `math`.
-inline bool runs_in(cudnnMathType_t type, Math math) {
-  return type == cudnn_math(math) || type == plain_math(math);
+// Whether an algorithm of math type `type` runs in `mode`.
+inline bool runs_in(cudnnMathType_t type, ConvMode mode) {
+  return type == cudnn_math(mode) || type == plain_math(mode);
+}
+// "FP32", "TF32", "BF16", "FP16".
+inline const char* mode_name(ConvMode mode) {
+  constexpr const char* kNames[] = {"FP32", "TF32", "BF16", "FP16"};
+  return kNames[static_cast<int>(mode)];
 }
 
 // Largest workspace one convolution algorithm may ask for; also at most a quarter of the
@@ -76,7 +104,7 @@ struct Choice {
   bool deterministic = true;
 };
 
-// Descriptors and chosen algorithms of one ConvGeometry.
+// Descriptors and chosen algorithms of one ConvGeometry in one ConvMode.
 // Without descriptors (sizes past cuDNN's ints) every direction runs by im2col.
 struct ConvPlan {
   std::unique_ptr<TensorDescriptor> x, y;
@@ -85,19 +113,22 @@ struct ConvPlan {
   Choice forward, backward_data, backward_filter;
 };
 
-// A geometry's 16 sizes, then its Math (a convolution is planned once per geometry and math).
+// A geometry's 16 sizes, then its ConvMode.
 using GeometryKey = std::array<int64_t, 17>;
 
-inline GeometryKey key_of(const ConvGeometry& g, Math math) {
+inline GeometryKey key_of(const ConvGeometry& g, ConvMode mode) {
   return {g.n, g.c, g.h, g.w, g.k, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
-          g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w, static_cast<int64_t>(math)};
+          g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w, static_cast<int64_t>(mode)};
 }
 
 // One direction's algorithm and math type as a solver state keeps it.
 struct Algorithm {
   int algo;
   cudnnMathType_t math;
-  bool operator==(const Algorithm& o) const { return algo == o.algo && math == o.math; }
+  // -1 (im2col) is the same whatever math type it was written with.
+  bool operator==(const Algorithm& o) const {
+    return algo == o.algo && (algo == -1 || math == o.math);
+  }
 };
 // The three directions', in the order forward, backward-data, backward-filter.
 using ConvAlgorithms = std::array<Algorithm, 3>;
@@ -121,11 +152,11 @@ struct ConvPlans {
 // "x (8, 3, 32, 32), weight (16, 3, 3, 3), stride 1x1, ... -> y (8, 16, 32, 32)" (cudnn.cpp)
 std::string describe(const ConvGeometry& g);
 
-// Sets the plan's descriptors for g in math and chooses its three algorithms: `remembered`
+// Sets the plan's descriptors for g in mode and chooses its three algorithms: `remembered`
 // where it is given and cuDNN accepts it for g, otherwise the fastest deterministic ones of
-// that math by timing (cudnn_search.cpp). Algorithms may ask for at most `limit` bytes of
+// that mode by timing (cudnn_search.cpp). Algorithms may ask for at most `limit` bytes of
 // workspace.
-void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math,
+void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvMode mode,
             ConvPlan& plan, const ConvAlgorithms* remembered);
 
 }  // namespace lamina::cuda_detail

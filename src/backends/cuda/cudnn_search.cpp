@@ -2,11 +2,12 @@
 // text form of the choices that a solver state keeps.
 //
 // cuDNN's heuristics (_v7) rank the algorithms for the shape, with the convolution's math
-// restricted to FMA (CUDNN_FMA_MATH: on Ampere and newer CUDNN_DEFAULT_MATH lets float
-// convolutions run in TF32, which is ~1e-3 off the CPU). Then every algorithm is timed on
-// scratch arrays of the geometry's sizes (cudnnFind*AlgorithmEx, with a workspace as large as
-// the largest a ranked algorithm within the limit asks for; the caller's arrays are never
-// written, the filter gradient accumulates into them), and the fastest that is FMA,
+// restricted to its mode's (cudnn_plan.hpp; FP32: FMA only, as CUDNN_DEFAULT_MATH lets
+// float convolutions run in TF32 on Ampere and newer, ~1e-3 off the CPU). Then every
+// algorithm is timed on scratch arrays of the geometry's sizes and the mode's type
+// (cudnnFind*AlgorithmEx, with a workspace as large as the largest a ranked algorithm within
+// the limit asks for; the caller's arrays are never written, the filter gradient
+// accumulates into them), and the fastest that runs in the mode's math,
 // deterministic (as cuDNN reports and as documented: backward-data algorithm 0 and
 // backward-filter algorithms 0 and 3 add with atomics) and within the workspace limit is
 // taken. If the scratch arrays do not fit in memory the heuristics' order stands. Only if
@@ -22,6 +23,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -41,15 +43,15 @@ bool known_nondeterministic(cudnnConvolutionBwdFilterAlgo_t algo) {
          algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
 }
 
-// The first of cuDNN's ranked perf results that is supported, of the math type `math`,
+// The first of cuDNN's ranked perf results that is supported, runs in `mode`,
 // within the workspace limit and (first pass) deterministic; none: algo -1.
 // workspace_of(algo, &bytes) asks cuDNN for the algorithm's workspace and returns its status.
 template <class Perf, class WorkspaceOf>
-Choice choose(const std::vector<Perf>& ranked, Math math, size_t limit,
+Choice choose(const std::vector<Perf>& ranked, ConvMode mode, size_t limit,
               WorkspaceOf workspace_of) {
   for (const bool need_deterministic : {true, false}) {
     for (const Perf& perf : ranked) {
-      if (perf.status != CUDNN_STATUS_SUCCESS || !runs_in(perf.mathType, math)) continue;
+      if (perf.status != CUDNN_STATUS_SUCCESS || !runs_in(perf.mathType, mode)) continue;
       const bool deterministic =
           perf.determinism == CUDNN_DETERMINISTIC && !known_nondeterministic(perf.algo);
       if (need_deterministic && !deterministic) continue;
@@ -62,9 +64,10 @@ Choice choose(const std::vector<Perf>& ranked, Math math, size_t limit,
   return {};
 }
 
-void warn_about(const Choice& choice, Math math, const char* direction, const ConvGeometry& g) {
+void warn_about(const Choice& choice, ConvMode mode, const char* direction,
+                const ConvGeometry& g) {
   if (choice.algo < 0) {
-    LOG(WARNING) << "cuDNN offers no " << math_name(math) << " " << direction << " algorithm "
+    LOG(WARNING) << "cuDNN offers no " << mode_name(mode) << " " << direction << " algorithm "
                  << "within the workspace limit for " << describe(g) << "; using im2col + "
                  << "cuBLAS instead";
   } else if (!choice.deterministic) {
@@ -102,14 +105,14 @@ class ScratchArrays {
   void* workspace = nullptr;
 };
 
-// The largest workspace an algorithm of `ranked` that runs in `math` asks for, up to limit.
+// The largest workspace an algorithm of `ranked` that runs in `mode` asks for, up to limit.
 template <class Perf, class WorkspaceOf>
-size_t largest_workspace(const std::vector<Perf>& ranked, Math math, size_t limit,
+size_t largest_workspace(const std::vector<Perf>& ranked, ConvMode mode, size_t limit,
                          WorkspaceOf workspace_of) {
   size_t largest = 0;
   for (const Perf& perf : ranked) {
     size_t bytes = 0;
-    if (perf.status != CUDNN_STATUS_SUCCESS || !runs_in(perf.mathType, math)) continue;
+    if (perf.status != CUDNN_STATUS_SUCCESS || !runs_in(perf.mathType, mode)) continue;
     if (workspace_of(perf.algo, perf.mathType, &bytes) != CUDNN_STATUS_SUCCESS || bytes > limit)
       continue;
     largest = std::max(largest, bytes);
@@ -121,11 +124,11 @@ size_t largest_workspace(const std::vector<Perf>& ranked, Math math, size_t limi
 // algorithm as one if it is one of cuDNN's and cuDNN accepts it for the plan within limit;
 // nothing otherwise.
 template <class Algo, int kCount, class WorkspaceOf>
-std::optional<Choice> remembered_choice(Algorithm a, Math math, size_t limit,
+std::optional<Choice> remembered_choice(Algorithm a, ConvMode mode, size_t limit,
                                         WorkspaceOf workspace_of) {
   if (a.algo == -1) return Choice{};
   size_t bytes = 0;
-  if (a.algo < 0 || a.algo >= kCount || !runs_in(a.math, math) ||
+  if (a.algo < 0 || a.algo >= kCount || !runs_in(a.math, mode) ||
       workspace_of(static_cast<Algo>(a.algo), a.math, &bytes) != CUDNN_STATUS_SUCCESS ||
       bytes > limit) {
     return std::nullopt;
@@ -162,9 +165,10 @@ void time_algorithms(std::vector<Perf>& order, Find find) {
 
 }  // namespace
 
-void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math,
+void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvMode mode,
             ConvPlan& plan, const ConvAlgorithms* remembered) {
-  const cudnnMathType_t math_type = cudnn_math(math);
+  const cudnnMathType_t math_type = cudnn_math(mode);
+  const cudnnDataType_t type = cudnn_data_type(mode);
   plan.x = std::make_unique<TensorDescriptor>();
   plan.y = std::make_unique<TensorDescriptor>();
   plan.w = std::make_unique<FilterDescriptor>();
@@ -173,11 +177,11 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math
   const cudnnFilterDescriptor_t w = plan.w->get();
   const cudnnConvolutionDescriptor_t conv = plan.conv->get();
   const auto i = [](int64_t v) { return static_cast<int>(v); };  // fits_cudnn checked them
-  LAMINA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n),
+  LAMINA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, type, i(g.n),
                                                 i(g.c), i(g.h), i(g.w)));
-  LAMINA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n),
+  LAMINA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, type, i(g.n),
                                                 i(g.k), i(g.out_h), i(g.out_w)));
-  LAMINA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(g.k),
+  LAMINA_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, type, CUDNN_TENSOR_NCHW, i(g.k),
                                                 i(g.c / g.groups), i(g.kh), i(g.kw)));
   LAMINA_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
       conv, i(g.pad_h), i(g.pad_w), i(g.stride_h), i(g.stride_w), i(g.dilation_h),
@@ -220,12 +224,12 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math
   std::optional<Choice> kept[3];
   if (remembered != nullptr) {
     kept[0] = remembered_choice<cudnnConvolutionFwdAlgo_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
-        (*remembered)[0], math, limit, forward_workspace);
+        (*remembered)[0], mode, limit, forward_workspace);
     kept[1] =
         remembered_choice<cudnnConvolutionBwdDataAlgo_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
-            (*remembered)[1], math, limit, data_workspace);
+            (*remembered)[1], mode, limit, data_workspace);
     kept[2] = remembered_choice<cudnnConvolutionBwdFilterAlgo_t,
-                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>((*remembered)[2], math,
+                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>((*remembered)[2], mode,
                                                                          limit, filter_workspace);
     if (kept[0] && kept[1] && kept[2]) {
       plan.forward = *kept[0];
@@ -238,7 +242,8 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math
                  << "may differ in the last bits from the interrupted run)";
   }
 
-  // Ranked and timed with the descriptor in the plan's math (the queries above change it).
+  // Ranked and timed with the descriptor in the plan's mode's math (the queries above change
+  // it).
   const auto reset_math = [&] {
     LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math_type));
   };
@@ -262,14 +267,14 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math
       });
 
   const size_t scratch =
-      std::max({largest_workspace(forward, math, limit, forward_workspace),
-                largest_workspace(data, math, limit, data_workspace),
-                largest_workspace(filter, math, limit, filter_workspace)});
+      std::max({largest_workspace(forward, mode, limit, forward_workspace),
+                largest_workspace(data, mode, limit, data_workspace),
+                largest_workspace(filter, mode, limit, filter_workspace)});
   reset_math();
   ScratchArrays arrays;
-  const size_t f = sizeof(float);
-  if (arrays.allocate(f * g.n * g.c * g.h * g.w, f * g.k * (g.c / g.groups) * g.kh * g.kw,
-                      f * g.n * g.k * g.out_h * g.out_w, scratch)) {
+  const size_t e = element_bytes(mode);
+  if (arrays.allocate(e * g.n * g.c * g.h * g.w, e * g.k * (g.c / g.groups) * g.kh * g.kw,
+                      e * g.n * g.k * g.out_h * g.out_w, scratch)) {
     time_algorithms(forward, [&](int n, int* returned, cudnnConvolutionFwdAlgoPerf_t* perfs) {
       return cudnnFindConvolutionForwardAlgorithmEx(handle, x, arrays.x, w, arrays.w, conv, y,
                                                     arrays.y, n, returned, perfs,
@@ -289,19 +294,21 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, Math math
     LOG(WARNING) << "no device memory to time cuDNN's algorithms for convolution " << describe(g)
                  << "; taking its heuristics' choice";
   }
-  plan.forward = kept[0] ? *kept[0] : choose(forward, math, limit, forward_workspace);
-  if (!kept[0]) warn_about(plan.forward, math, "forward", g);
-  plan.backward_data = kept[1] ? *kept[1] : choose(data, math, limit, data_workspace);
-  if (!kept[1]) warn_about(plan.backward_data, math, "backward-data", g);
-  plan.backward_filter =
-      kept[2] ? *kept[2] : choose(filter, math, limit, filter_workspace);
-  if (!kept[2]) warn_about(plan.backward_filter, math, "backward-filter", g);
+  plan.forward = kept[0] ? *kept[0] : choose(forward, mode, limit, forward_workspace);
+  if (!kept[0]) warn_about(plan.forward, mode, "forward", g);
+  plan.backward_data = kept[1] ? *kept[1] : choose(data, mode, limit, data_workspace);
+  if (!kept[1]) warn_about(plan.backward_data, mode, "backward-data", g);
+  plan.backward_filter = kept[2] ? *kept[2] : choose(filter, mode, limit, filter_workspace);
+  if (!kept[2]) warn_about(plan.backward_filter, mode, "backward-filter", g);
 }
 
 // "conv n c h w k kh kw stride_h stride_w pad_h pad_w dilation_h dilation_w groups out_h out_w
-// = forward backward-data backward-filter", a line per planned geometry; "conv-tf32 ..." for a
-// TF32 convolution, whose algorithms carry a "t" where they run in tensor-op math.
-constexpr const char* kChoiceWord[] = {"conv", "conv-tf32"};  // by Math
+// = forward backward-data backward-filter", a line per planned geometry; "conv-tf32 ...",
+// "conv-bf16 ..." and "conv-fp16 ..." for the other modes, whose algorithms carry a "t" where
+// they run in tensor-op math.
+constexpr const char* kChoiceWord[] = {"conv", "conv-tf32", "conv-bf16", "conv-fp16"};
+static_assert(std::size(kChoiceWord) == static_cast<size_t>(ConvMode::kFP16) + 1,
+              "a word per ConvMode, in its order");
 
 std::string conv_choices(CudaContext& context) {
   std::ostringstream out;
@@ -327,16 +334,12 @@ bool reuse_conv_choice(CudaContext& context, const std::string& line) {
   for (size_t i = 0; i + 1 < key.size(); ++i) in >> key[i];
   in >> equals >> tokens[0] >> tokens[1] >> tokens[2];
   if (!in || equals != "=" || !(in >> std::ws).eof()) return false;
-  Math math;
-  if (word == kChoiceWord[0]) {
-    math = Math::kFP32;
-  } else if (word == kChoiceWord[1]) {
-    math = Math::kTF32;
-  } else {
-    return false;
-  }
-  key.back() = static_cast<int64_t>(math);
-  // "7": the algorithm in the Math's plain math (plain_math); "7t": in tensor-op math.
+  const auto* word_end = std::end(kChoiceWord);
+  const auto* found = std::find(std::begin(kChoiceWord), word_end, word);
+  if (found == word_end) return false;
+  const auto mode = static_cast<ConvMode>(found - std::begin(kChoiceWord));
+  key.back() = static_cast<int64_t>(mode);
+  // "7": the algorithm in the mode's plain math (plain_math); "7t": in tensor-op math.
   for (int i = 0; i < 3; ++i) {
     size_t used = 0;
     try {
@@ -345,8 +348,8 @@ bool reuse_conv_choice(CudaContext& context, const std::string& line) {
       return false;
     }
     const std::string rest = tokens[i].substr(used);
-    if (rest != "" && !(rest == "t" && math == Math::kTF32)) return false;
-    algorithms[i].math = rest == "t" ? CUDNN_TENSOR_OP_MATH : plain_math(math);
+    if (rest != "" && !(rest == "t" && mode != ConvMode::kFP32)) return false;
+    algorithms[i].math = rest == "t" ? CUDNN_TENSOR_OP_MATH : plain_math(mode);
   }
   ConvPlans& plans = context.conv_plans();
   plans.remembered[key] = algorithms;

@@ -1,6 +1,6 @@
-// 16-bit storage on CUDA (Backend::to_half, from_half): elementwise kernels around
-// half_storage.cuh's load and store, which give rounding.hpp's bits (by the hardware's
-// conversions but for NaNs), the Native backend's.
+// 16-bit storage on CUDA (Backend::to_half, from_half, and add_half): elementwise kernels
+// around half_storage.cuh's load and store, which give rounding.hpp's bits (by the
+// hardware's conversions but for NaNs), the Native backend's.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/half_storage.cuh"
@@ -12,6 +12,11 @@ namespace {
 template <class S>
 __global__ void to_half_kernel(int64_t n, const float* x, uint16_t* y) {
   LAMINA_GRID_STRIDE_LOOP(i, n) y[i] = S::store(x[i]);
+}
+
+template <class S>
+__global__ void add_half_kernel(int64_t n, const uint16_t* x, float* y) {
+  LAMINA_GRID_STRIDE_LOOP(i, n) y[i] = __fadd_rn(y[i], S::load(x[i]));
 }
 
 template <class S>
@@ -37,6 +42,15 @@ void CudaBackend::from_half(Half format, int64_t n, const uint16_t* x, float* y)
     from_half_kernel<decltype(storage)><<<elementwise_grid(n), kBlock, 0, s>>>(n, x, y);
   });
   LAMINA_CUDA_LAUNCHED(from_half_kernel);
+}
+
+void CudaBackend::add_half(Half format, int64_t n, const uint16_t* x, float* y) {
+  const cudaStream_t s = on_device();
+  if (n <= 0) return;
+  with_half_storage(format, [&](auto storage) {
+    add_half_kernel<decltype(storage)><<<elementwise_grid(n), kBlock, 0, s>>>(n, x, y);
+  });
+  LAMINA_CUDA_LAUNCHED(add_half_kernel);
 }
 
 }  // namespace lamina::cuda_detail

@@ -1,5 +1,6 @@
 // Max and average pooling, NCHW, as Caffe computes them (see PoolGeometry in backend.hpp).
-// x, dx (n, c, h, w); y, dy, mask (n, c, out_h, out_w).
+// x, dx (n, c, h, w); y, dy, mask (n, c, out_h, out_w), stored in FP32 or 16 bits
+// (half_storage.cuh: the sums below are FP32 and double, each 16-bit result rounded once).
 //
 // Forward: one thread per output element scans its window in row-major order. Max starts
 // from -FLT_MAX with mask -1 and takes a value only when strictly greater (ties keep the
@@ -14,6 +15,7 @@
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/half_storage.cuh"
 #include "backends/cuda/kernel_util.cuh"
 
 namespace lamina::cuda_detail {
@@ -39,42 +41,45 @@ __device__ __forceinline__ Window pool_window(const PoolGeometry& g, int64_t oh,
   return win;
 }
 
-__global__ void max_pool_forward_kernel(PoolGeometry g, const float* x, float* y,
-                                        int32_t* mask) {
+template <class S>
+__global__ void max_pool_forward_kernel(PoolGeometry g, const typename S::Stored* x,
+                                        typename S::Stored* y, int32_t* mask) {
   const int64_t out_plane = g.out_h * g.out_w;
   LAMINA_GRID_STRIDE_LOOP(i, g.n * g.c * out_plane) {
     const int64_t plane = i / out_plane, o = i - plane * out_plane;
     const int64_t oh = o / g.out_w, ow = o - oh * g.out_w;
     const Window win = pool_window(g, oh, ow);
-    const float* xp = x + plane * g.h * g.w;
+    const typename S::Stored* xp = x + plane * g.h * g.w;
     float best = -FLT_MAX;
     int64_t arg = -1;
     for (int64_t ih = win.h0; ih < win.h1; ++ih) {
       for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-        const float v = xp[ih * g.w + iw];
+        const float v = S::load(xp[ih * g.w + iw]);
         if (v > best) {
           best = v;
           arg = ih * g.w + iw;
         }
       }
     }
-    y[i] = best;
+    y[i] = S::store(best);
     mask[i] = static_cast<int32_t>(arg);
   }
 }
 
-__global__ void average_pool_forward_kernel(PoolGeometry g, const float* x, float* y) {
+template <class S>
+__global__ void average_pool_forward_kernel(PoolGeometry g, const typename S::Stored* x,
+                                            typename S::Stored* y) {
   const int64_t out_plane = g.out_h * g.out_w;
   LAMINA_GRID_STRIDE_LOOP(i, g.n * g.c * out_plane) {
     const int64_t plane = i / out_plane, o = i - plane * out_plane;
     const int64_t oh = o / g.out_w, ow = o - oh * g.out_w;
     const Window win = pool_window(g, oh, ow);
-    const float* xp = x + plane * g.h * g.w;
+    const typename S::Stored* xp = x + plane * g.h * g.w;
     double sum = 0;
     for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-      for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += xp[ih * g.w + iw];
+      for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += S::load(xp[ih * g.w + iw]);
     }
-    y[i] = static_cast<float>(sum / static_cast<double>(win.size));
+    y[i] = S::store(static_cast<float>(sum / static_cast<double>(win.size)));
   }
 }
 
@@ -89,42 +94,45 @@ __device__ __forceinline__ Covering covering(int64_t pos, int64_t pad, int64_t k
   return {p < kernel ? 0 : (p - kernel) / stride + 1, min(p / stride + 1, out)};
 }
 
-__global__ void max_pool_backward_kernel(PoolGeometry g, const float* dy, const int32_t* mask,
-                                         float* dx) {
+template <class S>
+__global__ void max_pool_backward_kernel(PoolGeometry g, const typename S::Stored* dy,
+                                         const int32_t* mask, typename S::Stored* dx) {
   const int64_t in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
   LAMINA_GRID_STRIDE_LOOP(i, g.n * g.c * in_plane) {
     const int64_t plane = i / in_plane, pixel = i - plane * in_plane;
     const int64_t ih = pixel / g.w, iw = pixel - ih * g.w;
     const Covering rows = covering(ih, g.pad_h, g.kh, g.stride_h, g.out_h);
     const Covering cols = covering(iw, g.pad_w, g.kw, g.stride_w, g.out_w);
-    const float* dyp = dy + plane * out_plane;
+    const typename S::Stored* dyp = dy + plane * out_plane;
     const int32_t* mp = mask + plane * out_plane;
     float sum = 0.0f;
     for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
       for (int64_t ow = cols.lo; ow < cols.hi; ++ow) {
-        if (mp[oh * g.out_w + ow] == pixel) sum += dyp[oh * g.out_w + ow];
+        if (mp[oh * g.out_w + ow] == pixel) sum += S::load(dyp[oh * g.out_w + ow]);
       }
     }
-    dx[i] = sum;
+    dx[i] = S::store(sum);
   }
 }
 
-__global__ void average_pool_backward_kernel(PoolGeometry g, const float* dy, float* dx) {
+template <class S>
+__global__ void average_pool_backward_kernel(PoolGeometry g, const typename S::Stored* dy,
+                                             typename S::Stored* dx) {
   const int64_t in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
   LAMINA_GRID_STRIDE_LOOP(i, g.n * g.c * in_plane) {
     const int64_t plane = i / in_plane, pixel = i - plane * in_plane;
     const int64_t ih = pixel / g.w, iw = pixel - ih * g.w;
     const Covering rows = covering(ih, g.pad_h, g.kh, g.stride_h, g.out_h);
     const Covering cols = covering(iw, g.pad_w, g.kw, g.stride_w, g.out_w);
-    const float* dyp = dy + plane * out_plane;
+    const typename S::Stored* dyp = dy + plane * out_plane;
     float sum = 0.0f;
     for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
       for (int64_t ow = cols.lo; ow < cols.hi; ++ow) {
         const Window win = pool_window(g, oh, ow);
-        sum += dyp[oh * g.out_w + ow] / static_cast<float>(win.size);
+        sum += S::load(dyp[oh * g.out_w + ow]) / static_cast<float>(win.size);
       }
     }
-    dx[i] = sum;
+    dx[i] = S::store(sum);
   }
 }
 
@@ -134,42 +142,70 @@ void check_pool(const PoolGeometry& g) {
       << "bad pooling geometry";
 }
 
-}  // namespace
-
-void CudaBackend::pool_forward(PoolMethod method, const PoolGeometry& g, const float* x,
-                               float* y, int32_t* mask) {
-  const cudaStream_t s = on_device();
+template <class S>
+void launch_pool_forward(cudaStream_t s, PoolMethod method, const PoolGeometry& g,
+                         const typename S::Stored* x, typename S::Stored* y, int32_t* mask) {
   check_pool(g);
   const int64_t count = g.n * g.c * g.out_h * g.out_w;
   if (count == 0) return;
   if (method == PoolMethod::kMax) {
     CHECK(mask != nullptr) << "max pooling needs a mask";
-    max_pool_forward_kernel<<<elementwise_grid(count), kBlock, 0, s>>>(g, x, y, mask);
+    max_pool_forward_kernel<S><<<elementwise_grid(count), kBlock, 0, s>>>(g, x, y, mask);
     LAMINA_CUDA_LAUNCHED(max_pool_forward_kernel);
   } else {
-    average_pool_forward_kernel<<<elementwise_grid(count), kBlock, 0, s>>>(g, x, y);
+    average_pool_forward_kernel<S><<<elementwise_grid(count), kBlock, 0, s>>>(g, x, y);
     LAMINA_CUDA_LAUNCHED(average_pool_forward_kernel);
   }
 }
 
-void CudaBackend::pool_backward(PoolMethod method, const PoolGeometry& g, const float* dy,
-                                const int32_t* mask, float* dx) {
-  const cudaStream_t s = on_device();
+// dx written: gathered from dy over the windows, or zeros where there are no windows.
+template <class S>
+void launch_pool_backward(cudaStream_t s, PoolMethod method, const PoolGeometry& g,
+                          const typename S::Stored* dy, const int32_t* mask,
+                          typename S::Stored* dx) {
   check_pool(g);
   const int64_t count = g.n * g.c * g.h * g.w;
   if (count == 0) return;
-  if (g.out_h * g.out_w == 0) {  // no windows: nothing flows back
-    zero(sizeof(float) * count, dx);
+  if (g.out_h * g.out_w == 0) {  // no windows: nothing flows back (+0 in every format)
+    LAMINA_CUDA_CHECK(cudaMemsetAsync(dx, 0, sizeof(*dx) * count, s));
     return;
   }
   if (method == PoolMethod::kMax) {
     CHECK(mask != nullptr) << "max pooling needs a mask";
-    max_pool_backward_kernel<<<elementwise_grid(count), kBlock, 0, s>>>(g, dy, mask, dx);
+    max_pool_backward_kernel<S><<<elementwise_grid(count), kBlock, 0, s>>>(g, dy, mask, dx);
     LAMINA_CUDA_LAUNCHED(max_pool_backward_kernel);
   } else {
-    average_pool_backward_kernel<<<elementwise_grid(count), kBlock, 0, s>>>(g, dy, dx);
+    average_pool_backward_kernel<S><<<elementwise_grid(count), kBlock, 0, s>>>(g, dy, dx);
     LAMINA_CUDA_LAUNCHED(average_pool_backward_kernel);
   }
+}
+
+}  // namespace
+
+void CudaBackend::pool_forward(PoolMethod method, const PoolGeometry& g, const float* x,
+                               float* y, int32_t* mask) {
+  launch_pool_forward<Fp32Storage>(on_device(), method, g, x, y, mask);
+}
+
+void CudaBackend::pool_backward(PoolMethod method, const PoolGeometry& g, const float* dy,
+                                const int32_t* mask, float* dx) {
+  launch_pool_backward<Fp32Storage>(on_device(), method, g, dy, mask, dx);
+}
+
+void CudaBackend::pool_forward(Half format, PoolMethod method, const PoolGeometry& g,
+                               const uint16_t* x, uint16_t* y, int32_t* mask) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    launch_pool_forward<decltype(storage)>(s, method, g, x, y, mask);
+  });
+}
+
+void CudaBackend::pool_backward(Half format, PoolMethod method, const PoolGeometry& g,
+                                const uint16_t* dy, const int32_t* mask, uint16_t* dx) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    launch_pool_backward<decltype(storage)>(s, method, g, dy, mask, dx);
+  });
 }
 
 }  // namespace lamina::cuda_detail

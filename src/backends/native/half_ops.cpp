@@ -1,24 +1,19 @@
 // The Native backend's 16-bit operations (backend.hpp, "16-bit storage"): each widens its
 // 16-bit operands to floats (exactly), runs the FP32 operation, and rounds every 16-bit
 // result once, to nearest even, with rounding.hpp's conversions, as the CUDA backend rounds.
-// The floats live in per-thread staging arrays that grow to the largest operand and are
-// kept, so a training step allocates nothing once the first has run.
+// The floats live in per-thread staging arrays (NativeBackend::staging).
 #include <vector>
 
 #include "lamina/native_backend.hpp"
 
 namespace lamina {
-namespace {
 
-// Staging array `slot` of the calling thread, at least n floats.
-float* staging(int slot, int64_t n) {
+float* NativeBackend::staging(int slot, int64_t n) {
   thread_local std::vector<float> arrays[3];
   std::vector<float>& a = arrays[slot];
   if (a.size() < size_t(n)) a.resize(size_t(n));
   return a.data();
 }
-
-}  // namespace
 
 bool NativeBackend::supports_half(Half) const { return true; }
 
