@@ -1,7 +1,8 @@
 // Everything cuDNN: the one translation unit that includes cudnn.h. It makes the context's
 // cuDNN handle, reports cuDNN's version and errors, and runs the CUDA backend's convolutions.
-// Builds without cuDNN (LAMINA_WITH_CUDNN undefined) compile only the parts below that say
-// so: no handle, and convolution by im2col + cuBLAS.
+// The CUDA backend's conv_* are written once, at the end: each asks cuDNN to run its
+// direction (dnn_*) and runs im2col + cuBLAS where cuDNN has no algorithm for it. Builds
+// without cuDNN (LAMINA_WITH_CUDNN undefined) have no handle, and their dnn_* have none.
 //
 // Convolution uses cuDNN's legacy convolution API, as every cuDNN 9.x release has it
 // (deprecated in favour of the graph API but present and stable throughout 9.x; cuDNN 8 has
@@ -9,7 +10,7 @@
 // cudnnFindConvolution*AlgorithmEx to choose (cudnn_search.cpp) and cudnnConvolutionForward /
 // BackwardData / BackwardFilter to run.
 //
-// A plan per ConvGeometry (cudnn_plan.hpp), kept in the device's CudaContext (so every
+// A plan per ConvGeometry and ConvMode (cudnn_plan.hpp), kept in the device's CudaContext (so every
 // backend and net on the device shares it), holds the descriptors and, for each direction,
 // the chosen algorithm and its workspace size. It is made at the geometry's first
 // convolution call, whichever direction that is: all three algorithms are chosen then (one
@@ -41,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/conv_mode.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_context.hpp"
@@ -139,9 +141,7 @@ bool fits_cudnn(const ConvGeometry& g) {
   const int64_t sizes[] = {
       g.n, g.c, g.h, g.w, g.k, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
       g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w,
-      g.n * g.c * g.h * g.w,                 // x
-      g.n * g.k * g.out_h * g.out_w,         // y
-      g.k * (g.c / g.groups) * g.kh * g.kw,  // weight
+      g.input_count(), g.output_count(), g.weight_count(),
   };
   return std::all_of(std::begin(sizes), std::end(sizes),
                      [](int64_t v) { return v <= int64_t{INT_MAX}; });
@@ -199,20 +199,28 @@ void* workspace_for(CudaContext& context, const Choice& choice) {
   return choice.workspace > 0 ? context.workspace(choice.workspace) : nullptr;
 }
 
-// y = conv(x, weight), written, in the plan's mode.
-void run_forward(CudaContext& context, const ConvPlan& plan, const void* x, const void* weight,
-                 void* y) {
+// cuDNN's convolutions of g in mode: each runs its direction and returns true, or returns
+// false having done nothing where cuDNN has no algorithm for it (the caller runs im2col).
+
+// y = conv(x, weight), written.
+bool dnn_forward(CudaContext& context, const ConvGeometry& g, ConvMode mode, const void* x,
+                 const void* weight, void* y) {
+  const ConvPlan& plan = plan_for(context, g, mode);
+  if (plan.forward.algo < 0) return false;
   const float one = 1.0f, zero = 0.0f;
   LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.forward.math));
   LAMINA_CUDNN_CHECK(cudnnConvolutionForward(
       context.dnn(), &one, plan.x->get(), x, plan.w->get(), weight, plan.conv->get(),
       static_cast<cudnnConvolutionFwdAlgo_t>(plan.forward.algo),
       workspace_for(context, plan.forward), plan.forward.workspace, &zero, plan.y->get(), y));
+  return true;
 }
 
 // dx = the gradient w.r.t. x, written.
-void run_backward_data(CudaContext& context, const ConvPlan& plan, const void* weight,
-                       const void* dy, void* dx) {
+bool dnn_backward_data(CudaContext& context, const ConvGeometry& g, ConvMode mode,
+                       const void* weight, const void* dy, void* dx) {
+  const ConvPlan& plan = plan_for(context, g, mode);
+  if (plan.backward_data.algo < 0) return false;
   const float one = 1.0f, zero = 0.0f;
   LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_data.math));
   LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardData(
@@ -220,111 +228,34 @@ void run_backward_data(CudaContext& context, const ConvPlan& plan, const void* w
       static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.backward_data.algo),
       workspace_for(context, plan.backward_data), plan.backward_data.workspace, &zero,
       plan.x->get(), dx));
+  return true;
 }
 
-// dweight = beta dweight + the gradient w.r.t. the weight, the algorithm's workspace at
-// `workspace`.
-void run_backward_filter(CudaContext& context, const ConvPlan& plan, const void* x,
-                         const void* dy, float beta, void* dweight, void* workspace) {
-  const float one = 1.0f;
+// The gradient w.r.t. the weight in the mode's type: a float mode adds it to dweight (beta
+// 1); a 16-bit one writes it (beta 0) into the lane's workspace after the algorithm's, and
+// *half_gradient points at it.
+bool dnn_backward_filter(CudaContext& context, const ConvGeometry& g, ConvMode mode,
+                         const void* x, const void* dy, float* dweight,
+                         const uint16_t** half_gradient) {
+  const ConvPlan& plan = plan_for(context, g, mode);
+  if (plan.backward_filter.algo < 0) return false;
+  const bool half = element_bytes(mode) == 2;
+  const size_t offset = filter_gradient_offset(plan.backward_filter);
+  char* workspace = static_cast<char*>(
+      context.workspace(half ? offset + sizeof(uint16_t) * g.weight_count()
+                             : plan.backward_filter.workspace));
+  void* gradient = half ? static_cast<void*>(workspace + offset) : dweight;
+  if (half) *half_gradient = static_cast<const uint16_t*>(gradient);
+  const float one = 1.0f, beta = half ? 0.0f : 1.0f;
   LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_filter.math));
   LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       context.dnn(), &one, plan.x->get(), x, plan.y->get(), dy, plan.conv->get(),
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.backward_filter.algo), workspace,
-      plan.backward_filter.workspace, &beta, plan.w->get(), dweight));
+      plan.backward_filter.workspace, &beta, plan.w->get(), gradient));
+  return true;
 }
 
 }  // namespace
-
-void CudaBackend::conv_forward(const ConvGeometry& g, const float* x, const float* weight,
-                               const float* bias, float* y) {
-  on_device();
-  check_geometry(g);
-  if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g, conv_mode(math()));
-  if (plan.forward.algo < 0) {
-    im2col_conv_forward(g, x, weight, y);
-  } else {
-    run_forward(context_, plan, x, weight, y);
-  }
-  if (bias != nullptr) channel_affine(g.n, g.k, g.out_h * g.out_w, y, nullptr, bias, y);
-}
-
-void CudaBackend::conv_backward_data(const ConvGeometry& g, const float* weight,
-                                     const float* dy, float* dx) {
-  on_device();
-  check_geometry(g);
-  if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g, conv_mode(math()));
-  if (plan.backward_data.algo < 0) {
-    im2col_conv_backward_data(g, weight, dy, dx);
-  } else {
-    run_backward_data(context_, plan, weight, dy, dx);
-  }
-}
-
-void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
-                                       float* dweight, float* dbias) {
-  on_device();
-  check_geometry(g);
-  if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g, conv_mode(math()));
-  if (plan.backward_filter.algo < 0) {
-    im2col_conv_backward_filter(g, x, dy, dweight);
-  } else {  // dweight accumulates: beta 1
-    run_backward_filter(context_, plan, x, dy, 1.0f, dweight,
-                        workspace_for(context_, plan.backward_filter));
-  }
-  if (dbias != nullptr) channel_reduce(g.n, g.k, g.out_h * g.out_w, dy, nullptr, dbias);
-}
-
-void CudaBackend::conv_forward(Half format, const ConvGeometry& g, const uint16_t* x,
-                               const uint16_t* weight, const float* bias, uint16_t* y) {
-  on_device();
-  check_geometry(g);
-  if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g, conv_mode(format));
-  if (plan.forward.algo < 0) {
-    im2col_conv_forward(format, g, x, weight, y);
-  } else {
-    run_forward(context_, plan, x, weight, y);
-  }
-  if (bias != nullptr) channel_affine(format, g.n, g.k, g.out_h * g.out_w, y, nullptr, bias, y);
-}
-
-void CudaBackend::conv_backward_data(Half format, const ConvGeometry& g, const uint16_t* weight,
-                                     const uint16_t* dy, uint16_t* dx) {
-  on_device();
-  check_geometry(g);
-  if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g, conv_mode(format));
-  if (plan.backward_data.algo < 0) {
-    im2col_conv_backward_data(format, g, weight, dy, dx);
-  } else {
-    run_backward_data(context_, plan, weight, dy, dx);
-  }
-}
-
-// cuDNN writes the weight gradient in the data's type: into the workspace (beta 0), after the
-// algorithm's own, then added to the FP32 dweight.
-void CudaBackend::conv_backward_filter(Half format, const ConvGeometry& g, const uint16_t* x,
-                                       const uint16_t* dy, float* dweight, float* dbias) {
-  on_device();
-  check_geometry(g);
-  if (g.n == 0) return;
-  const ConvPlan& plan = plan_for(context_, g, conv_mode(format));
-  if (plan.backward_filter.algo < 0) {
-    im2col_conv_backward_filter(format, g, x, dy, dweight);
-  } else {
-    const size_t offset = filter_gradient_offset(plan.backward_filter);
-    auto* workspace = static_cast<char*>(
-        context_.workspace(offset + sizeof(uint16_t) * g.weight_count()));
-    auto* gradient = reinterpret_cast<uint16_t*>(workspace + offset);
-    run_backward_filter(context_, plan, x, dy, 0.0f, gradient, workspace);
-    add_half(format, g.weight_count(), gradient, dweight);
-  }
-  if (dbias != nullptr) channel_reduce(format, g.n, g.k, g.out_h * g.out_w, dy, dbias);
-}
 
 #else  // !LAMINA_WITH_CUDNN: every convolution by im2col + cuBLAS.
 
@@ -342,12 +273,36 @@ ConvPlans& CudaContext::conv_plans() {
   return *conv_plans_;
 }
 
+namespace {
+
+// No cuDNN: every direction runs by im2col.
+bool dnn_forward(CudaContext&, const ConvGeometry&, ConvMode, const void*, const void*, void*) {
+  return false;
+}
+bool dnn_backward_data(CudaContext&, const ConvGeometry&, ConvMode, const void*, const void*,
+                       void*) {
+  return false;
+}
+bool dnn_backward_filter(CudaContext&, const ConvGeometry&, ConvMode, const void*, const void*,
+                         float*, const uint16_t**) {
+  return false;
+}
+
+}  // namespace
+
+#endif
+
+// ---------------------------------------------------------------------------------------
+// The convolutions: cuDNN where it has an algorithm, im2col + cuBLAS otherwise
+// ---------------------------------------------------------------------------------------
+
 void CudaBackend::conv_forward(const ConvGeometry& g, const float* x, const float* weight,
                                const float* bias, float* y) {
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  im2col_conv_forward(g, x, weight, y);
+  if (!dnn_forward(context_, g, conv_mode(math()), x, weight, y))
+    im2col_conv_forward(g, x, weight, y);
   if (bias != nullptr) channel_affine(g.n, g.k, g.out_h * g.out_w, y, nullptr, bias, y);
 }
 
@@ -356,7 +311,8 @@ void CudaBackend::conv_backward_data(const ConvGeometry& g, const float* weight,
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  im2col_conv_backward_data(g, weight, dy, dx);
+  if (!dnn_backward_data(context_, g, conv_mode(math()), weight, dy, dx))
+    im2col_conv_backward_data(g, weight, dy, dx);
 }
 
 void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, const float* dy,
@@ -364,7 +320,8 @@ void CudaBackend::conv_backward_filter(const ConvGeometry& g, const float* x, co
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  im2col_conv_backward_filter(g, x, dy, dweight);
+  if (!dnn_backward_filter(context_, g, conv_mode(math()), x, dy, dweight, nullptr))
+    im2col_conv_backward_filter(g, x, dy, dweight);
   if (dbias != nullptr) channel_reduce(g.n, g.k, g.out_h * g.out_w, dy, nullptr, dbias);
 }
 
@@ -373,7 +330,8 @@ void CudaBackend::conv_forward(Half format, const ConvGeometry& g, const uint16_
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  im2col_conv_forward(format, g, x, weight, y);
+  if (!dnn_forward(context_, g, conv_mode(format), x, weight, y))
+    im2col_conv_forward(format, g, x, weight, y);
   if (bias != nullptr) channel_affine(format, g.n, g.k, g.out_h * g.out_w, y, nullptr, bias, y);
 }
 
@@ -382,19 +340,23 @@ void CudaBackend::conv_backward_data(Half format, const ConvGeometry& g, const u
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  im2col_conv_backward_data(format, g, weight, dy, dx);
+  if (!dnn_backward_data(context_, g, conv_mode(format), weight, dy, dx))
+    im2col_conv_backward_data(format, g, weight, dy, dx);
 }
 
+// cuDNN's 16-bit weight gradient, in the workspace, is added to the FP32 dweight.
 void CudaBackend::conv_backward_filter(Half format, const ConvGeometry& g, const uint16_t* x,
                                        const uint16_t* dy, float* dweight, float* dbias) {
   on_device();
   check_geometry(g);
   if (g.n == 0) return;
-  im2col_conv_backward_filter(format, g, x, dy, dweight);
+  const uint16_t* gradient = nullptr;
+  if (dnn_backward_filter(context_, g, conv_mode(format), x, dy, dweight, &gradient))
+    add_half(format, g.weight_count(), gradient, dweight);
+  else
+    im2col_conv_backward_filter(format, g, x, dy, dweight);
   if (dbias != nullptr) channel_reduce(format, g.n, g.k, g.out_h * g.out_w, dy, dbias);
 }
-
-#endif
 
 }  // namespace lamina::cuda_detail
 

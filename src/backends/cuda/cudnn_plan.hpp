@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/conv_mode.hpp"
 #include "backends/cuda/cuda_context.hpp"
 #include "backends/cuda/cudnn_check.hpp"
 #include "lamina/backend.hpp"
@@ -39,17 +40,6 @@ using FilterDescriptor = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDe
 using ConvolutionDescriptor =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
                cudnnDestroyConvolutionDescriptor>;
-
-// What a convolution stores and computes in: FP32 or TF32 on floats (Math), or BF16 or FP16
-// storage accumulating in FP32 (Half). A convolution is planned once per geometry and mode.
-enum class ConvMode { kFP32, kTF32, kBF16, kFP16 };
-
-inline ConvMode conv_mode(Math math) {
-  return math == Math::kTF32 ? ConvMode::kTF32 : ConvMode::kFP32;
-}
-inline ConvMode conv_mode(Half format) {
-  return format == Half::kBF16 ? ConvMode::kBF16 : ConvMode::kFP16;
-}
 
 // The type of the mode's stored values, and its size in bytes. The convolution descriptor
 // computes in FP32 in every mode (with 16-bit data: cuDNN's "pseudo" 16-bit configurations).
@@ -84,11 +74,6 @@ inline cudnnMathType_t plain_math(ConvMode mode) {
 // Whether an algorithm of math type `type` runs in `mode`.
 inline bool runs_in(cudnnMathType_t type, ConvMode mode) {
   return type == cudnn_math(mode) || type == plain_math(mode);
-}
-// "FP32", "TF32", "BF16", "FP16".
-inline const char* mode_name(ConvMode mode) {
-  constexpr const char* kNames[] = {"FP32", "TF32", "BF16", "FP16"};
-  return kNames[static_cast<int>(mode)];
 }
 
 // Largest workspace one convolution algorithm may ask for; also at most a quarter of the

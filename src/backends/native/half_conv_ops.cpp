@@ -27,8 +27,11 @@ void NativeBackend::conv_forward(Half format, const ConvGeometry& g, const uint1
   float* wide = staging(2, g.output_count());
   conv_forward(g, widen(format, g.input_count(), x, 0), widen(format, g.weight_count(), weight, 1),
                nullptr, wide);
+  if (bias != nullptr) {  // the product rounded, then the bias added (rounded by to_half)
+    round_in_place(format, g.output_count(), wide);
+    channel_affine(g.n, g.k, g.out_h * g.out_w, wide, nullptr, bias, wide);
+  }
   to_half(format, g.output_count(), wide, y);
-  if (bias != nullptr) channel_affine(format, g.n, g.k, g.out_h * g.out_w, y, nullptr, bias, y);
 }
 
 void NativeBackend::conv_backward_data(Half format, const ConvGeometry& g,
