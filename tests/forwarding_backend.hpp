@@ -142,6 +142,7 @@ class ForwardingBackend : public CoreForwardingBackend {
   using CoreForwardingBackend::CoreForwardingBackend;
   using CoreForwardingBackend::activation_backward;
   using CoreForwardingBackend::activation_forward;
+  using CoreForwardingBackend::axpby;
   using CoreForwardingBackend::gemm;
   using CoreForwardingBackend::linear_bias_backward;
   using CoreForwardingBackend::linear_forward;
@@ -169,6 +170,10 @@ class ForwardingBackend : public CoreForwardingBackend {
   void activation_backward(Half f, Activation a, int64_t n, float slope, const uint16_t* y,
                            const uint16_t* dy, uint16_t* dx) override {
     inner_.activation_backward(f, a, n, slope, y, dy, dx);
+  }
+  void axpby(Half f, int64_t n, float alpha, const uint16_t* x, float beta,
+             uint16_t* y) override {
+    inner_.axpby(f, n, alpha, x, beta, y);
   }
   bool has_side_lane() const override { return inner_.has_side_lane(); }
   void open_side_lane() override { inner_.open_side_lane(); }
@@ -232,6 +237,54 @@ class ForwardingBackend : public CoreForwardingBackend {
   void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
                             float* dx) override {
     inner_.eltwise_max_backward(n, index, dy, mask, dx);
+  }
+  void conv_forward(Half f, const ConvGeometry& g, const uint16_t* x, const uint16_t* w,
+                    const float* b, uint16_t* y) override {
+    inner_.conv_forward(f, g, x, w, b, y);
+  }
+  void conv_backward_data(Half f, const ConvGeometry& g, const uint16_t* w, const uint16_t* dy,
+                          uint16_t* dx) override {
+    inner_.conv_backward_data(f, g, w, dy, dx);
+  }
+  void conv_backward_filter(Half f, const ConvGeometry& g, const uint16_t* x,
+                            const uint16_t* dy, float* dw, float* db) override {
+    inner_.conv_backward_filter(f, g, x, dy, dw, db);
+  }
+  void pool_forward(Half f, PoolMethod m, const PoolGeometry& g, const uint16_t* x, uint16_t* y,
+                    int32_t* mask) override {
+    inner_.pool_forward(f, m, g, x, y, mask);
+  }
+  void pool_backward(Half f, PoolMethod m, const PoolGeometry& g, const uint16_t* dy,
+                     const int32_t* mask, uint16_t* dx) override {
+    inner_.pool_backward(f, m, g, dy, mask, dx);
+  }
+  void channel_affine(Half f, int64_t o, int64_t c, int64_t i, const uint16_t* x,
+                      const float* scale, const float* bias, uint16_t* y) override {
+    inner_.channel_affine(f, o, c, i, x, scale, bias, y);
+  }
+  void channel_reduce(Half f, int64_t o, int64_t c, int64_t i, const uint16_t* a,
+                      const uint16_t* b, float* out) override {
+    inner_.channel_reduce(f, o, c, i, a, b, out);
+  }
+  void channel_moments(Half f, int64_t o, int64_t c, int64_t i, const uint16_t* x, float* mean,
+                       float* var) override {
+    inner_.channel_moments(f, o, c, i, x, mean, var);
+  }
+  void batch_norm_forward(Half f, int64_t o, int64_t c, int64_t i, float eps, const uint16_t* x,
+                          const float* mean, const float* var, uint16_t* y,
+                          float* inv_std) override {
+    inner_.batch_norm_forward(f, o, c, i, eps, x, mean, var, y, inv_std);
+  }
+  void batch_norm_inference(Half f, int64_t o, int64_t c, int64_t i, float eps,
+                            const uint16_t* x, const float* mean_sum, const float* var_sum,
+                            const float* factor, uint16_t* y, float* mean,
+                            float* inv_std) override {
+    inner_.batch_norm_inference(f, o, c, i, eps, x, mean_sum, var_sum, factor, y, mean,
+                                inv_std);
+  }
+  void batch_norm_backward(Half f, int64_t o, int64_t c, int64_t i, const uint16_t* y,
+                           const uint16_t* dy, const float* inv_std, uint16_t* dx) override {
+    inner_.batch_norm_backward(f, o, c, i, y, dy, inv_std, dx);
   }
   bool supports(Operation op) const override { return inner_.supports(op); }
 };

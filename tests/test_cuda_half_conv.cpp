@@ -1,7 +1,7 @@
 // The CUDA backend's 16-bit convolutional operations (backend.hpp, the optional groups in 16
 // bits) against the Native backend's (tier 2), in BF16 and in FP16: convolution in all three
-// directions (cuDNN), pooling and the per-channel affine map and sums. Inputs are random
-// values already in the format, so both backends start from the same exact operands; the
+// directions (cuDNN) and pooling (per-channel operations: test_cuda_half_norm.cpp). Inputs are
+// random values already in the format, so both backends start from the same exact operands; the
 // checks are half_compare.hpp's. What each comparison allows, with S the sum of |products|
 // behind a result:
 //  - dx: an ulp, or where the sum cancels the two FP32 sums' difference (fp32_bound of S)
@@ -12,7 +12,7 @@
 //  - dweight (FP32, two calls added): each call's gradient rounded once on both, so up to an
 //    ulp of it (at most ulp(S)) plus fp32_bound apart per call, and FP32's rounding of the
 //    sums.
-//  - dbias, the per-channel sums (FP32 from double sums on both): fp32_bound.
+//  - dbias (FP32 from double sums on both): fp32_bound.
 //  - Pooling: the same values (maxima exact, sums in the same order on both) and masks.
 #include <gtest/gtest.h>
 
@@ -180,32 +180,6 @@ TEST_P(CudaHalfConv, PoolingGivesNativesValuesAndMasks) {
       if (method == PoolMethod::kMax) EXPECT_EQ(mask[0], mask[1]);
     }
   }
-}
-
-TEST_P(CudaHalfConv, ChannelAffineInPlaceAndChannelSums) {
-  const Half f = format();
-  const int64_t outer = 3, channels = 5, inner = 37, count = outer * channels * inner;
-  const Bits x = random_bits(f, count, 21);
-  const std::vector<float> scale = random_values(channels, 22), bias = random_values(channels, 23);
-  Bits y[2];
-  std::vector<float> sums[2];
-  Backend* backends[2] = {cuda_.get(), &native_};
-  for (int b = 0; b < 2; ++b) {
-    Halves data(*backends[b], x);
-    Floats sc(*backends[b], scale), bi(*backends[b], bias), out(*backends[b], bias);
-    backends[b]->channel_reduce(f, outer, channels, inner, data.get(), out.get());
-    backends[b]->channel_affine(f, outer, channels, inner, data.get(), sc.get(), bi.get(),
-                                data.get());
-    y[b] = data.host();
-    sums[b] = out.host();
-  }
-  // One multiplication and one addition, each rounded in FP32, then one 16-bit rounding.
-  expect_half_close(f, y[0], y[1]);
-  std::vector<float> magnitude(channels);
-  const std::vector<float> v = values(f, x);
-  for (int64_t i = 0; i < count; ++i) magnitude[(i / inner) % channels] += std::abs(v[i]);
-  for (int64_t c = 0; c < channels; ++c) magnitude[c] += std::abs(bias[c]);
-  expect_floats_close(sums[0], sums[1], fp32_bounds(outer * inner, magnitude));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaHalfConv, ::testing::Values(Half::kBF16, Half::kFP16),

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "lamina/net.hpp"
 #include "lamina/param_arena.hpp"
 #include "lamina/rounding.hpp"
+#include "lamina/solver.hpp"
 #include "lamina/tensor.hpp"
 
 namespace lamina::testing {
@@ -255,6 +257,22 @@ inline void forward_and_backward(Net& net, int layer, const std::vector<float>& 
   net.arena().zero_diff();
   net.layer_tops(layer)[0]->copy_diff_from_host(dy);
   net.backward_layer(layer);
+}
+
+// The displayed losses of the same training on the CPU (a) and the GPU (b): `count` of them,
+// each within `tolerance` relative, printed with `what`.
+inline void expect_losses_close(const Solver& a, const Solver& b, size_t count,
+                                double tolerance, const std::string& what) {
+  const auto& x = a.loss_history();
+  const auto& y = b.loss_history();
+  ASSERT_EQ(x.size(), count);
+  ASSERT_EQ(y.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double rel = std::abs(double(y[i].loss) - x[i].loss) / std::abs(double(x[i].loss));
+    std::printf("%s iteration %3d: CPU %.6f, GPU %.6f, relative difference %.2e\n",
+                what.c_str(), x[i].iteration, x[i].loss, y[i].loss, rel);
+    EXPECT_LE(rel, tolerance) << "iteration " << x[i].iteration;
+  }
 }
 
 }  // namespace lamina::testing

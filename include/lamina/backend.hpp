@@ -237,6 +237,10 @@ class Backend {
                                   const uint16_t* x, uint16_t* y);
   virtual void activation_backward(Half format, Activation f, int64_t n, float negative_slope,
                                    const uint16_t* y, const uint16_t* dy, uint16_t* dx);
+  // y = alpha x + beta y with x and y in `format`: two FP32 products and their FP32 sum (no
+  // fused multiply-add), rounded once; beta 0 does not read y. Eltwise SUM and Split.
+  virtual void axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
+                     uint16_t* y);
 
   // ---- neural-network operations ----
   // Labels are class indices stored as floats (the integer part counts), in [0, cols)
@@ -394,12 +398,28 @@ class Backend {
   virtual void pool_backward(Half format, PoolMethod method, const PoolGeometry& g,
                              const uint16_t* dy, const int32_t* mask, uint16_t* dx);
   // As channel_affine with x and y in `format` (scale and bias FP32), y rounded once; and as
-  // channel_reduce of a in `format` alone (no b), out FP32.
+  // channel_reduce with a and b (b may be null) in `format`, out FP32.
   virtual void channel_affine(Half format, int64_t outer, int64_t channels, int64_t inner,
                               const uint16_t* x, const float* scale, const float* bias,
                               uint16_t* y);
   virtual void channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
-                              const uint16_t* a, float* out);
+                              const uint16_t* a, const uint16_t* b, float* out);
+  // As channel_moments, batch_norm_forward, batch_norm_inference and batch_norm_backward with
+  // x, y, dy and dx in `format`: the statistics, inv_std and the backward pass's means stay
+  // FP32 (from sums in double), and each 16-bit result is rounded once.
+  virtual void channel_moments(Half format, int64_t outer, int64_t channels, int64_t inner,
+                               const uint16_t* x, float* mean, float* var);
+  virtual void batch_norm_forward(Half format, int64_t outer, int64_t channels, int64_t inner,
+                                  float eps, const uint16_t* x, const float* mean,
+                                  const float* var, uint16_t* y, float* inv_std);
+  virtual void batch_norm_inference(Half format, int64_t outer, int64_t channels,
+                                    int64_t inner, float eps, const uint16_t* x,
+                                    const float* mean_sum, const float* var_sum,
+                                    const float* factor, uint16_t* y, float* mean,
+                                    float* inv_std);
+  virtual void batch_norm_backward(Half format, int64_t outer, int64_t channels, int64_t inner,
+                                   const uint16_t* y, const uint16_t* dy, const float* inv_std,
+                                   uint16_t* dx);
   // Whether this backend implements a group of optional operations (default: none).
   virtual bool supports(Operation) const { return false; }
 

@@ -44,6 +44,8 @@ class NativeBackend final : public Backend {
                           const uint16_t* x, uint16_t* y) override;
   void activation_backward(Half format, Activation f, int64_t n, float negative_slope,
                            const uint16_t* y, const uint16_t* dy, uint16_t* dx) override;
+  void axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
+             uint16_t* y) override;
   // half_conv_ops.cpp
   void conv_forward(Half format, const ConvGeometry& g, const uint16_t* x,
                     const uint16_t* weight, const float* bias, uint16_t* y) override;
@@ -55,11 +57,24 @@ class NativeBackend final : public Backend {
                     uint16_t* y, int32_t* mask) override;
   void pool_backward(Half format, PoolMethod method, const PoolGeometry& g, const uint16_t* dy,
                      const int32_t* mask, uint16_t* dx) override;
+  // half_channel_ops.cpp
   void channel_affine(Half format, int64_t outer, int64_t channels, int64_t inner,
                       const uint16_t* x, const float* scale, const float* bias,
                       uint16_t* y) override;
   void channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
-                      const uint16_t* a, float* out) override;
+                      const uint16_t* a, const uint16_t* b, float* out) override;
+  void channel_moments(Half format, int64_t outer, int64_t channels, int64_t inner,
+                       const uint16_t* x, float* mean, float* var) override;
+  void batch_norm_forward(Half format, int64_t outer, int64_t channels, int64_t inner,
+                          float eps, const uint16_t* x, const float* mean, const float* var,
+                          uint16_t* y, float* inv_std) override;
+  void batch_norm_inference(Half format, int64_t outer, int64_t channels, int64_t inner,
+                            float eps, const uint16_t* x, const float* mean_sum,
+                            const float* var_sum, const float* factor, uint16_t* y,
+                            float* mean, float* inv_std) override;
+  void batch_norm_backward(Half format, int64_t outer, int64_t channels, int64_t inner,
+                           const uint16_t* y, const uint16_t* dy, const float* inv_std,
+                           uint16_t* dx) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;

@@ -103,6 +103,9 @@ void Backend::activation_backward(Half, Activation, int64_t, float, const uint16
                                   const uint16_t*, uint16_t*) {
   unsupported_half("activation_backward");
 }
+void Backend::axpby(Half, int64_t, float, const uint16_t*, float, uint16_t*) {
+  unsupported_half("axpby");
+}
 
 void Backend::conv_forward(Half, const ConvGeometry&, const uint16_t*, const uint16_t*,
                            const float*, uint16_t*) {
@@ -128,8 +131,25 @@ void Backend::channel_affine(Half, int64_t, int64_t, int64_t, const uint16_t*, c
                              const float*, uint16_t*) {
   unsupported_half("channel_affine");
 }
-void Backend::channel_reduce(Half, int64_t, int64_t, int64_t, const uint16_t*, float*) {
+void Backend::channel_reduce(Half, int64_t, int64_t, int64_t, const uint16_t*,
+                             const uint16_t*, float*) {
   unsupported_half("channel_reduce");
+}
+void Backend::channel_moments(Half, int64_t, int64_t, int64_t, const uint16_t*, float*, float*) {
+  unsupported_half("channel_moments");
+}
+void Backend::batch_norm_forward(Half, int64_t, int64_t, int64_t, float, const uint16_t*,
+                                 const float*, const float*, uint16_t*, float*) {
+  unsupported_half("batch_norm_forward");
+}
+void Backend::batch_norm_inference(Half, int64_t, int64_t, int64_t, float, const uint16_t*,
+                                   const float*, const float*, const float*, uint16_t*, float*,
+                                   float*) {
+  unsupported_half("batch_norm_inference");
+}
+void Backend::batch_norm_backward(Half, int64_t, int64_t, int64_t, const uint16_t*,
+                                  const uint16_t*, const float*, uint16_t*) {
+  unsupported_half("batch_norm_backward");
 }
 
 std::unique_ptr<CapturedOps> Backend::capture(const std::function<void()>& ops) {

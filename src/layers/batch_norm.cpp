@@ -21,6 +21,7 @@
 // device (no read-back).
 // Works in place. The normalised output is kept (y_) because a later in-place layer (Scale,
 // ReLU) overwrites the top that the backward pass through batch statistics needs.
+// In a 16-bit precision x, y, y_ and the gradients are 16-bit; the statistics stay FP32.
 #include <memory>
 
 #include "lamina/layer.hpp"
@@ -42,6 +43,7 @@ class BatchNormLayer : public Layer {
   using Layer::Layer;
   std::vector<std::string> parameter_messages() const override { return {"batch_norm_param"}; }
   bool supports_in_place() const override { return true; }
+  HalfSupport half_support() const override { return HalfSupport::kHalf; }
   std::vector<Operation> operations() const override {
     return {Operation::kBatchNorm, Operation::kChannelAffine};
   }
@@ -80,22 +82,37 @@ class BatchNormLayer : public Layer {
     inv_std_ = std::make_unique<Tensor>(backend_, Shape{c_}, name() + "/inv_std");
     one_ = std::make_unique<Tensor>(backend_, Shape{1}, name() + "/one");
     backend_.fill(1, 1.0f, one_->mutable_data());
-    if (!global_) y_ = std::make_unique<Tensor>(backend_, x.shape(), name() + "/normalised");
+    storage_ = x.dtype();
+    if (!global_)
+      y_ = std::make_unique<Tensor>(backend_, x.shape(), name() + "/normalised", storage_);
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
-    const float* x = bottom[0]->data();
-    if (global_) {
-      backend_.batch_norm_inference(n_, c_, s_, eps_, x, params_[0].tensor->data(),
-                                    params_[1].tensor->data(), params_[2].tensor->data(),
-                                    top[0]->mutable_data(), mean_->mutable_data(),
-                                    inv_std_->mutable_data());
-      return;
+    const Tensor& x = *bottom[0];
+    Tensor& y = *top[0];
+    const float *mean_sum = params_[0].tensor->data(), *var_sum = params_[1].tensor->data();
+    float *mean = mean_->mutable_data(), *var = var_->mutable_data();
+    float* inv_std = inv_std_->mutable_data();
+    if (global_ && is_half(storage_)) {
+      backend_.batch_norm_inference(half_format(storage_), n_, c_, s_, eps_, x.half_data(),
+                                    mean_sum, var_sum, params_[2].tensor->data(),
+                                    y.mutable_half_data(), mean, inv_std);
+    } else if (global_) {
+      backend_.batch_norm_inference(n_, c_, s_, eps_, x.data(), mean_sum, var_sum,
+                                    params_[2].tensor->data(), y.mutable_data(), mean, inv_std);
+    } else if (is_half(storage_)) {
+      const Half f = half_format(storage_);
+      backend_.channel_moments(f, n_, c_, s_, x.half_data(), mean, var);
+      backend_.batch_norm_forward(f, n_, c_, s_, eps_, x.half_data(), mean, var,
+                                  y_->mutable_half_data(), inv_std);
+      backend_.copy(sizeof(uint16_t) * y_->count(), y_->half_data(), y.mutable_half_data());
+    } else {
+      backend_.channel_moments(n_, c_, s_, x.data(), mean, var);
+      backend_.batch_norm_forward(n_, c_, s_, eps_, x.data(), mean, var, y_->mutable_data(),
+                                  inv_std);
+      backend_.copy(sizeof(float) * y_->count(), y_->data(), y.mutable_data());
     }
-    backend_.channel_moments(n_, c_, s_, x, mean_->mutable_data(), var_->mutable_data());
-    backend_.batch_norm_forward(n_, c_, s_, eps_, x, mean_->data(), var_->data(),
-                                y_->mutable_data(), inv_std_->mutable_data());
-    backend_.copy(sizeof(float) * y_->count(), y_->data(), top[0]->mutable_data());
+    if (global_) return;
     // Caffe's running sums; m/(m-1) makes the accumulated variance unbiased.
     const int64_t m = n_ * s_;
     const float unbias = m > 1 ? float(double(m) / double(m - 1)) : 1.0f;
@@ -107,17 +124,29 @@ class BatchNormLayer : public Layer {
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
-    if (global_) {
-      backend_.channel_affine(n_, c_, s_, top[0]->diff(), inv_std_->data(), nullptr,
-                              bottom[0]->mutable_diff());
+    const Tensor& dy = *top[0];
+    Tensor& dx = *bottom[0];
+    if (is_half(storage_)) {
+      const Half f = half_format(storage_);
+      if (global_) {
+        backend_.channel_affine(f, n_, c_, s_, dy.half_diff(), inv_std_->data(), nullptr,
+                                dx.mutable_half_diff());
+      } else {
+        backend_.batch_norm_backward(f, n_, c_, s_, y_->half_data(), dy.half_diff(),
+                                     inv_std_->data(), dx.mutable_half_diff());
+      }
+    } else if (global_) {
+      backend_.channel_affine(n_, c_, s_, dy.diff(), inv_std_->data(), nullptr,
+                              dx.mutable_diff());
     } else {
-      backend_.batch_norm_backward(n_, c_, s_, y_->data(), top[0]->diff(), inv_std_->data(),
-                                   bottom[0]->mutable_diff());
+      backend_.batch_norm_backward(n_, c_, s_, y_->data(), dy.diff(), inv_std_->data(),
+                                   dx.mutable_diff());
     }
   }
 
  private:
   bool global_ = false;
+  DType storage_ = DType::kF32;  // of x, y and their gradients
   float maf_ = 0.999f, eps_ = 1e-5f;
   int64_t n_ = 0, c_ = 0, s_ = 0;
   std::unique_ptr<Tensor> mean_, var_;  // (C) the batch statistics; the running mean in TEST

@@ -8,6 +8,9 @@
 //   MAX:  y = max_i x_i; an int32 mask records which bottom won (the first on ties)
 //         dx_i = dy where bottom i won, else 0
 // Bottom diffs are written with =. Not in place: PROD's backward needs every input.
+// SUM also runs in 16 bits (bottoms, top and gradients in the format): each term after the
+// first is added and rounded once (y = round(y + coeff_i x_i)), and dx_i = round(coeff_i dy).
+// PROD and MAX have no 16-bit path yet and run in FP32.
 #include <vector>
 
 #include "lamina/layer.hpp"
@@ -22,6 +25,10 @@ class EltwiseLayer : public Layer {
   int min_bottoms() const override { return 2; }
   int max_bottoms() const override { return -1; }
   std::vector<std::string> parameter_messages() const override { return {"eltwise_param"}; }
+  HalfSupport half_support() const override {
+    const bool sum = param_.eltwise_param().operation() == EltwiseParameter::SUM;
+    return sum ? HalfSupport::kHalf : HalfSupport::kNone;
+  }
   std::vector<Operation> operations() const override {
     const bool max = param_.eltwise_param().operation() == EltwiseParameter::MAX;
     return max ? std::vector<Operation>{Operation::kEltwiseMax} : std::vector<Operation>{};
@@ -45,11 +52,19 @@ class EltwiseLayer : public Layer {
     coeff_.assign(bottom.size(), 1.0f);
     for (int i = 0; i < p.coeff_size(); ++i) coeff_[i] = p.coeff(i);
     top[0]->reshape(first.shape());
+    storage_ = first.dtype();
     if (op_ == EltwiseParameter::MAX) mask_ = Buffer(backend_, sizeof(int32_t) * first.count());
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     const int64_t n = top[0]->count();
+    if (is_half(storage_)) {  // SUM
+      const Half f = half_format(storage_);
+      uint16_t* y = top[0]->mutable_half_data();
+      for (size_t i = 0; i < bottom.size(); ++i)
+        backend_.axpby(f, n, coeff_[i], bottom[i]->half_data(), i == 0 ? 0.0f : 1.0f, y);
+      return;
+    }
     float* y = top[0]->mutable_data();
     switch (op_) {
       case EltwiseParameter::SUM:
@@ -72,6 +87,15 @@ class EltwiseLayer : public Layer {
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     const int64_t n = top[0]->count();
+    if (is_half(storage_)) {  // SUM
+      for (size_t i = 0; i < bottom.size(); ++i) {
+        if (propagate[i]) {
+          backend_.axpby(half_format(storage_), n, coeff_[i], top[0]->half_diff(), 0.0f,
+                         bottom[i]->mutable_half_diff());
+        }
+      }
+      return;
+    }
     const float* dy = top[0]->diff();
     for (size_t i = 0; i < bottom.size(); ++i) {
       if (!propagate[i]) continue;
@@ -104,6 +128,7 @@ class EltwiseLayer : public Layer {
   }
 
   EltwiseParameter::EltwiseOp op_ = EltwiseParameter::SUM;
+  DType storage_ = DType::kF32;  // of the bottoms, the top and their gradients
   std::vector<float> coeff_;  // SUM: one per bottom
   Buffer mask_;               // MAX only: (count) index of the winning bottom
 };

@@ -8,6 +8,8 @@
 // Gradients: dbottom = dtop * scale (=); dscale += sum dtop * bottom; dbias += sum dtop.
 // Works in place (Caffe nets often write BatchNorm and Scale in place): the layer then keeps a
 // copy of its input, which dscale needs after the top has overwritten it.
+// In a 16-bit precision the bottom, the top, their gradients and that copy are 16-bit; the
+// scale, the bias and their gradients stay FP32.
 #include <memory>
 
 #include "channel_axes.hpp"
@@ -24,6 +26,7 @@ class ScaleLayer : public Layer {
   std::vector<std::string> parameter_messages() const override { return {"scale_param"}; }
   std::vector<Operation> operations() const override { return {Operation::kChannelAffine}; }
   bool supports_in_place() const override { return true; }
+  HalfSupport half_support() const override { return HalfSupport::kHalf; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     require_one_bottom(where(), "scale", bottom);
@@ -38,44 +41,69 @@ class ScaleLayer : public Layer {
       add_param("bias", axes_.shape, p.has_bias_filler() ? p.bias_filler() : FillerParameter());
     }
     in_place_ = top[0] == bottom[0];
+    storage_ = x.dtype();
     if (in_place_) {
-      input_ = std::make_unique<Tensor>(backend_, x.shape(), name() + "/input");
+      input_ = std::make_unique<Tensor>(backend_, x.shape(), name() + "/input", storage_);
     } else {
       top[0]->reshape(x.shape());
     }
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
+    const float* scale = params_[0].tensor->data();
+    const float* bias = bias_term_ ? params_[1].tensor->data() : nullptr;
+    if (is_half(storage_)) {
+      const uint16_t* x = bottom[0]->half_data();
+      if (in_place_) {
+        backend_.copy(sizeof(uint16_t) * input_->count(), x, input_->mutable_half_data());
+      }
+      backend_.channel_affine(half_format(storage_), axes_.outer, axes_.channels, axes_.inner,
+                              x, scale, bias, top[0]->mutable_half_data());
+      return;
+    }
     if (in_place_) {
       backend_.copy(sizeof(float) * input_->count(), bottom[0]->data(), input_->mutable_data());
     }
-    backend_.channel_affine(axes_.outer, axes_.channels, axes_.inner, bottom[0]->data(),
-                            params_[0].tensor->data(),
-                            bias_term_ ? params_[1].tensor->data() : nullptr,
-                            top[0]->mutable_data());
+    backend_.channel_affine(axes_.outer, axes_.channels, axes_.inner, bottom[0]->data(), scale,
+                            bias, top[0]->mutable_data());
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
-    backend_.channel_affine(axes_.outer, axes_.channels, axes_.inner, top[0]->diff(),
-                            params_[0].tensor->data(), nullptr, bottom[0]->mutable_diff());
+    const float* scale = params_[0].tensor->data();
+    if (is_half(storage_)) {
+      backend_.channel_affine(half_format(storage_), axes_.outer, axes_.channels, axes_.inner,
+                              top[0]->half_diff(), scale, nullptr, bottom[0]->mutable_half_diff());
+      return;
+    }
+    backend_.channel_affine(axes_.outer, axes_.channels, axes_.inner, top[0]->diff(), scale,
+                            nullptr, bottom[0]->mutable_diff());
   }
 
+  // dscale += sum dy x, dbias += sum dy (per channel, FP32).
   void backward_params(const Tensors& top, const Tensors& bottom) override {
-    const float* x = in_place_ ? input_->data() : bottom[0]->data();
-    backend_.channel_reduce(axes_.outer, axes_.channels, axes_.inner, top[0]->diff(), x,
-                            params_[0].tensor->mutable_diff());
-    if (bias_term_) {
-      backend_.channel_reduce(axes_.outer, axes_.channels, axes_.inner, top[0]->diff(), nullptr,
-                              params_[1].tensor->mutable_diff());
+    const Tensor& x = in_place_ ? *input_ : *bottom[0];
+    float* dscale = params_[0].tensor->mutable_diff();
+    float* dbias = bias_term_ ? params_[1].tensor->mutable_diff() : nullptr;
+    const int64_t outer = axes_.outer, channels = axes_.channels, inner = axes_.inner;
+    if (is_half(storage_)) {
+      const Half f = half_format(storage_);
+      const uint16_t* dy = top[0]->half_diff();
+      backend_.channel_reduce(f, outer, channels, inner, dy, x.half_data(), dscale);
+      if (dbias) backend_.channel_reduce(f, outer, channels, inner, dy, nullptr, dbias);
+      return;
     }
+    const float* dy = top[0]->diff();
+    backend_.channel_reduce(outer, channels, inner, dy, x.data(), dscale);
+    if (dbias != nullptr) backend_.channel_reduce(outer, channels, inner, dy, nullptr, dbias);
   }
 
  private:
   ChannelAxes axes_{};
   bool bias_term_ = false;
   bool in_place_ = false;
+  DType storage_ = DType::kF32;    // of the bottom, the top and their gradients
   std::unique_ptr<Tensor> input_;  // in place only: the bottom as forward saw it
 };
 

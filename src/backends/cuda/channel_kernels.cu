@@ -1,6 +1,7 @@
 // Per-channel operations on arrays viewed as (outer, channels, inner): batch statistics,
-// batch normalisation, the per-channel affine map and per-channel sums (these two also of
-// 16-bit arrays: a convolution's bias in 16 bits).
+// batch normalisation, the per-channel affine map and per-channel sums, each written once for
+// arrays stored in FP32 and in 16 bits (half_storage.cuh's S: values load exactly, results
+// are computed in FP32 and stored once; statistics, scales and sums stay FP32).
 //
 // Reductions give each channel one block (block-stride over channels) that walks the channel's
 // outer * inner elements and sums them in double with kernel_util.cuh's block_sum; or, with
@@ -50,29 +51,32 @@ struct StoredTerms {
   const typename S::Stored* a;
   __device__ void operator()(int64_t i, int64_t, double* sum) const { sum[0] += S::load(a[i]); }
 };
-using PlainTerms = StoredTerms<Fp32Storage>;
+template <class S>
 struct ProductTerms {  // a b
   static constexpr int kSums = 1;
-  const float *a, *b;
+  const typename S::Stored *a, *b;
   __device__ void operator()(int64_t i, int64_t, double* sum) const {
-    sum[0] += static_cast<double>(a[i]) * b[i];
+    sum[0] += static_cast<double>(S::load(a[i])) * S::load(b[i]);
   }
 };
+template <class S>
 struct DeviationTerms {  // (x - mu[c])^2, mu in double
   static constexpr int kSums = 1;
-  const float* x;
+  const typename S::Stored* x;
   const double* mu;
   __device__ void operator()(int64_t i, int64_t c, double* sum) const {
-    const double d = x[i] - mu[c];
+    const double d = S::load(x[i]) - mu[c];
     sum[0] += d * d;
   }
 };
+template <class S>
 struct GradientTerms {  // dy and dy y: batch normalisation's backward pass
   static constexpr int kSums = 2;
-  const float *dy, *y;
+  const typename S::Stored *dy, *y;
   __device__ void operator()(int64_t i, int64_t, double* sum) const {
-    sum[0] += dy[i];
-    sum[1] += static_cast<double>(dy[i]) * y[i];
+    const float g = S::load(dy[i]);
+    sum[0] += g;
+    sum[1] += static_cast<double>(g) * S::load(y[i]);
   }
 };
 
@@ -89,16 +93,17 @@ __device__ void channel_block_sums(int64_t outer, int64_t channels, int64_t inne
 }
 
 // mean[c] and var[c] (biased) of x (outer, channels, inner): two passes in double.
+template <class S>
 __global__ void channel_moments_kernel(int64_t outer, int64_t channels, int64_t inner,
-                                       const float* x, float* mean, float* var) {
+                                       const typename S::Stored* x, float* mean, float* var) {
   const int64_t m = outer * inner;
   LAMINA_BLOCK_STRIDE_LOOP(c, channels) {
     double sum[1];
-    channel_block_sums(outer, channels, inner, c, PlainTerms{x}, sum);
+    channel_block_sums(outer, channels, inner, c, StoredTerms<S>{x}, sum);
     const double mu = m > 0 ? sum[0] / static_cast<double>(m) : 0.0;
     double squares = 0;
     LAMINA_CHANNEL_LOOP(e, outer, inner) {
-      const double d = x[(e.o * channels + c) * inner + e.j] - mu;
+      const double d = S::load(x[(e.o * channels + c) * inner + e.j]) - mu;
       squares += d * d;
     }
     squares = block_sum(squares);
@@ -135,13 +140,15 @@ __global__ void running_statistics_kernel(int64_t channels, float eps, const flo
 // Elementwise operations on element i of channel c, for launch_channel_op: load(i) reads
 // what the element's result needs, apply(i, c, in) computes and writes it. A thread loads
 // all its elements before it writes any, so each op works in place.
+template <class S>
 struct NormalizeOp {  // y = (x - mean[c]) * inv_std[c]
-  const float *x, *mean, *inv_std;
-  float* y;
+  const typename S::Stored* x;
+  const float *mean, *inv_std;
+  typename S::Stored* y;
   using In = float;
-  __device__ In load(int64_t i) const { return x[i]; }
+  __device__ In load(int64_t i) const { return S::load(x[i]); }
   __device__ void apply(int64_t i, int64_t c, In v) const {
-    y[i] = __fmul_rn(__fsub_rn(v, mean[c]), inv_std[c]);
+    y[i] = S::store(__fmul_rn(__fsub_rn(v, mean[c]), inv_std[c]));
   }
 };
 // y = x * scale[c] + bias[c]; null scale means 1, null bias 0; x and y stored as S says.
@@ -157,7 +164,6 @@ struct StoredAffineOp {
     y[i] = S::store(__fadd_rn(__fmul_rn(v, sc), b));
   }
 };
-using AffineOp = StoredAffineOp<Fp32Storage>;
 // Batch normalisation's input gradient of one element: inv_std (dy - mean_dy - y mean_dy_y),
 // with mean_dy = mean_c(dy) and mean_dy_y = mean_c(dy y) of its channel.
 __device__ __forceinline__ float normalize_backward_value(float inv_std, float y, float dy,
@@ -167,14 +173,17 @@ __device__ __forceinline__ float normalize_backward_value(float inv_std, float y
 
 // dx = normalize_backward_value with means[c] = mean_c(dy) and means[channels + c] =
 // mean_c(dy y); dx may be dy or y.
+template <class S>
 struct NormalizeBackwardOp {
-  const float *y, *dy, *inv_std, *means;
+  const typename S::Stored *y, *dy;
+  const float *inv_std, *means;
   int64_t channels;
-  float* dx;
+  typename S::Stored* dx;
   using In = float2;  // (y, dy)
-  __device__ In load(int64_t i) const { return make_float2(y[i], dy[i]); }
+  __device__ In load(int64_t i) const { return make_float2(S::load(y[i]), S::load(dy[i])); }
   __device__ void apply(int64_t i, int64_t c, In v) const {
-    dx[i] = normalize_backward_value(inv_std[c], v.x, v.y, means[c], means[channels + c]);
+    dx[i] = S::store(
+        normalize_backward_value(inv_std[c], v.x, v.y, means[c], means[channels + c]));
   }
 };
 
@@ -225,25 +234,28 @@ void launch_channel_op(cudaStream_t s, int64_t outer, int64_t channels, int64_t 
 }
 
 // dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)); dx may be dy or y.
+template <class S>
 __global__ void batch_norm_backward_kernel(int64_t outer, int64_t channels, int64_t inner,
-                                           const float* y, const float* dy,
-                                           const float* inv_std, float* dx) {
+                                           const typename S::Stored* y,
+                                           const typename S::Stored* dy, const float* inv_std,
+                                           typename S::Stored* dx) {
   const int64_t m = outer * inner;
   LAMINA_BLOCK_STRIDE_LOOP(c, channels) {
     // After the block sums every thread has read its elements, before any writes.
     double sum[2];
-    channel_block_sums(outer, channels, inner, c, GradientTerms{dy, y}, sum);
+    channel_block_sums(outer, channels, inner, c, GradientTerms<S>{dy, y}, sum);
     const float mean_dy = static_cast<float>(sum[0] / static_cast<double>(m));
     const float mean_dy_y = static_cast<float>(sum[1] / static_cast<double>(m));
     const float scale = inv_std[c];
     LAMINA_CHANNEL_LOOP(e, outer, inner) {
       const int64_t i = (e.o * channels + c) * inner + e.j;
-      dx[i] = normalize_backward_value(scale, y[i], dy[i], mean_dy, mean_dy_y);
+      dx[i] = S::store(normalize_backward_value(scale, S::load(y[i]), S::load(dy[i]),
+                                                mean_dy, mean_dy_y));
     }
   }
 }
 
-// out[c] += the sum of the channel's terms (PlainTerms or ProductTerms), in double.
+// out[c] += the sum of the channel's terms (StoredTerms or ProductTerms), in double.
 template <class Terms>
 __global__ void channel_reduce_kernel(int64_t outer, int64_t channels, int64_t inner,
                                       Terms terms, float* out) {
@@ -357,106 +369,184 @@ void reduce_channels(CudaContext& context, cudaStream_t s, int64_t outer, int64_
   LAMINA_CUDA_LAUNCHED(channel_parts_kernel);
 }
 
-// y = (x - mean[c]) * inv_std[c] over (outer, channels, inner).
-void normalize(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, const float* x,
-               const float* mean, const float* inv_std, float* y) {
-  launch_channel_op(s, outer, channels, inner, NormalizeOp{x, mean, inv_std, y});
-}
-
-}  // namespace
-
-void CudaBackend::channel_moments(int64_t outer, int64_t channels, int64_t inner,
-                                  const float* x, float* mean, float* var) {
-  const cudaStream_t s = on_device();
+// Batch statistics of x: mean and the biased var (0 for channels with no elements).
+template <class S>
+void moments(CudaContext& context, cudaStream_t s, int64_t outer, int64_t channels,
+             int64_t inner, const typename S::Stored* x, float* mean, float* var) {
   if (channels <= 0) return;
   if (outer * inner == 0) {  // no elements: report 0 rather than 0 / 0
-    fill(channels, 0.0f, mean);
-    fill(channels, 0.0f, var);
+    LAMINA_CUDA_CHECK(cudaMemsetAsync(mean, 0, sizeof(float) * channels, s));
+    LAMINA_CUDA_CHECK(cudaMemsetAsync(var, 0, sizeof(float) * channels, s));
     return;
   }
-  const ChannelParts split(outer, channels, inner, context_.sm_count());
+  const ChannelParts split(outer, channels, inner, context.sm_count());
   if (split.parts == 0) {
-    channel_moments_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels, inner,
-                                                                        x, mean, var);
+    channel_moments_kernel<S><<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels,
+                                                                           inner, x, mean, var);
     LAMINA_CUDA_LAUNCHED(channel_moments_kernel);
     return;
   }
   // The parts' sums, then the means in double (mu), then the squared deviations from them.
   const int64_t partials = channels * split.parts;
   auto* partial =
-      static_cast<double*>(context_.workspace(sizeof(double) * (partials + channels)));
+      static_cast<double*>(context.workspace(sizeof(double) * (partials + channels)));
   double* mu = partial + partials;
   const double m = static_cast<double>(outer * inner);
-  launch_partial(s, outer, channels, inner, split, PlainTerms{x}, partial);
+  launch_partial(s, outer, channels, inner, split, StoredTerms<S>{x}, partial);
   channel_mean_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts, m,
                                                                     partial, mu, mean);
   LAMINA_CUDA_LAUNCHED(channel_mean_kernel);
-  launch_partial(s, outer, channels, inner, split, DeviationTerms{x, mu}, partial);
+  launch_partial(s, outer, channels, inner, split, DeviationTerms<S>{x, mu}, partial);
   channel_means_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts, 1,
                                                                      m, partial, var);
   LAMINA_CUDA_LAUNCHED(channel_means_kernel);
 }
 
-void CudaBackend::batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
-                                     const float* x, const float* mean, const float* var,
-                                     float* y, float* inv_std) {
-  const cudaStream_t s = on_device();
+// y = (x - mean[c]) * inv_std[c] with inv_std = 1 / sqrt(var + eps), also written.
+template <class S>
+void normalize_batch(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, float eps,
+                     const typename S::Stored* x, const float* mean, const float* var,
+                     typename S::Stored* y, float* inv_std) {
   if (channels <= 0) return;
   inverse_std_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, eps, var, inv_std);
   LAMINA_CUDA_LAUNCHED(inverse_std_kernel);
-  normalize(s, outer, channels, inner, x, mean, inv_std, y);
+  launch_channel_op(s, outer, channels, inner, NormalizeOp<S>{x, mean, inv_std, y});
+}
+
+// As normalize_batch with the running statistics (Caffe's sums and factor).
+template <class S>
+void normalize_running(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner,
+                       float eps, const typename S::Stored* x, const float* mean_sum,
+                       const float* var_sum, const float* factor, typename S::Stored* y,
+                       float* mean, float* inv_std) {
+  if (channels <= 0) return;
+  running_statistics_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
+      channels, eps, mean_sum, var_sum, factor, mean, inv_std);
+  LAMINA_CUDA_LAUNCHED(running_statistics_kernel);
+  launch_channel_op(s, outer, channels, inner, NormalizeOp<S>{x, mean, inv_std, y});
+}
+
+// dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)): a block per channel, or the parts'
+// sums of dy and dy y, the channels' means of both, then dx elementwise.
+template <class S>
+void normalize_backward(CudaContext& context, cudaStream_t s, int64_t outer, int64_t channels,
+                        int64_t inner, const typename S::Stored* y,
+                        const typename S::Stored* dy, const float* inv_std,
+                        typename S::Stored* dx) {
+  if (outer * channels * inner == 0) return;
+  const ChannelParts split(outer, channels, inner, context.sm_count());
+  if (split.parts == 0) {
+    batch_norm_backward_kernel<S><<<row_grid(channels), kChannelBlock, 0, s>>>(
+        outer, channels, inner, y, dy, inv_std, dx);
+    LAMINA_CUDA_LAUNCHED(batch_norm_backward_kernel);
+    return;
+  }
+  const int64_t partials = 2 * channels * split.parts;
+  auto* partial = static_cast<double*>(
+      context.workspace(sizeof(double) * partials + sizeof(float) * 2 * channels));
+  auto* means = reinterpret_cast<float*>(partial + partials);
+  launch_partial(s, outer, channels, inner, split, GradientTerms<S>{dy, y}, partial);
+  channel_means_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
+      channels, split.parts, 2, static_cast<double>(outer * inner), partial, means);
+  LAMINA_CUDA_LAUNCHED(channel_means_kernel);
+  launch_channel_op(s, outer, channels, inner,
+                    NormalizeBackwardOp<S>{y, dy, inv_std, means, channels, dx});
+}
+
+// out[c] += the sum of a (b null) or of a b per channel.
+template <class S>
+void reduce(CudaContext& context, cudaStream_t s, int64_t outer, int64_t channels,
+            int64_t inner, const typename S::Stored* a, const typename S::Stored* b,
+            float* out) {
+  if (b == nullptr)
+    reduce_channels(context, s, outer, channels, inner, StoredTerms<S>{a}, out);
+  else
+    reduce_channels(context, s, outer, channels, inner, ProductTerms<S>{a, b}, out);
+}
+
+}  // namespace
+
+// The FP32 entry points run the templates above for Fp32Storage; the 16-bit ones for the
+// format's storage.
+
+void CudaBackend::channel_moments(int64_t outer, int64_t channels, int64_t inner,
+                                  const float* x, float* mean, float* var) {
+  moments<Fp32Storage>(context_, on_device(), outer, channels, inner, x, mean, var);
+}
+
+void CudaBackend::batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
+                                     const float* x, const float* mean, const float* var,
+                                     float* y, float* inv_std) {
+  normalize_batch<Fp32Storage>(on_device(), outer, channels, inner, eps, x, mean, var, y,
+                               inv_std);
 }
 
 void CudaBackend::batch_norm_inference(int64_t outer, int64_t channels, int64_t inner,
                                        float eps, const float* x, const float* mean_sum,
                                        const float* var_sum, const float* factor, float* y,
                                        float* mean, float* inv_std) {
-  const cudaStream_t s = on_device();
-  if (channels <= 0) return;
-  running_statistics_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
-      channels, eps, mean_sum, var_sum, factor, mean, inv_std);
-  LAMINA_CUDA_LAUNCHED(running_statistics_kernel);
-  normalize(s, outer, channels, inner, x, mean, inv_std, y);
+  normalize_running<Fp32Storage>(on_device(), outer, channels, inner, eps, x, mean_sum, var_sum,
+                                 factor, y, mean, inv_std);
 }
 
 void CudaBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,
                                       const float* y, const float* dy, const float* inv_std,
                                       float* dx) {
-  const cudaStream_t s = on_device();
-  if (outer * channels * inner == 0) return;
-  const ChannelParts split(outer, channels, inner, context_.sm_count());
-  if (split.parts == 0) {
-    batch_norm_backward_kernel<<<row_grid(channels), kChannelBlock, 0, s>>>(
-        outer, channels, inner, y, dy, inv_std, dx);
-    LAMINA_CUDA_LAUNCHED(batch_norm_backward_kernel);
-    return;
-  }
-  // The parts' sums of dy and dy y, the channels' means of both, then dx elementwise.
-  const int64_t partials = 2 * channels * split.parts;
-  auto* partial = static_cast<double*>(
-      context_.workspace(sizeof(double) * partials + sizeof(float) * 2 * channels));
-  auto* means = reinterpret_cast<float*>(partial + partials);
-  launch_partial(s, outer, channels, inner, split, GradientTerms{dy, y}, partial);
-  channel_means_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
-      channels, split.parts, 2, static_cast<double>(outer * inner), partial, means);
-  LAMINA_CUDA_LAUNCHED(channel_means_kernel);
-  launch_channel_op(s, outer, channels, inner,
-                    NormalizeBackwardOp{y, dy, inv_std, means, channels, dx});
+  normalize_backward<Fp32Storage>(context_, on_device(), outer, channels, inner, y, dy, inv_std,
+                                  dx);
 }
 
 void CudaBackend::channel_affine(int64_t outer, int64_t channels, int64_t inner,
                                  const float* x, const float* scale, const float* bias,
                                  float* y) {
-  launch_channel_op(on_device(), outer, channels, inner, AffineOp{x, scale, bias, y});
+  launch_channel_op(on_device(), outer, channels, inner,
+                    StoredAffineOp<Fp32Storage>{x, scale, bias, y});
 }
 
 void CudaBackend::channel_reduce(int64_t outer, int64_t channels, int64_t inner,
                                  const float* a, const float* b, float* out) {
+  reduce<Fp32Storage>(context_, on_device(), outer, channels, inner, a, b, out);
+}
+
+void CudaBackend::channel_moments(Half format, int64_t outer, int64_t channels, int64_t inner,
+                                  const uint16_t* x, float* mean, float* var) {
   const cudaStream_t s = on_device();
-  if (b == nullptr)
-    reduce_channels(context_, s, outer, channels, inner, PlainTerms{a}, out);
-  else
-    reduce_channels(context_, s, outer, channels, inner, ProductTerms{a, b}, out);
+  with_half_storage(format, [&](auto storage) {
+    moments<decltype(storage)>(context_, s, outer, channels, inner, x, mean, var);
+  });
+}
+
+void CudaBackend::batch_norm_forward(Half format, int64_t outer, int64_t channels,
+                                     int64_t inner, float eps, const uint16_t* x,
+                                     const float* mean, const float* var, uint16_t* y,
+                                     float* inv_std) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    normalize_batch<decltype(storage)>(s, outer, channels, inner, eps, x, mean, var, y,
+                                       inv_std);
+  });
+}
+
+void CudaBackend::batch_norm_inference(Half format, int64_t outer, int64_t channels,
+                                       int64_t inner, float eps, const uint16_t* x,
+                                       const float* mean_sum, const float* var_sum,
+                                       const float* factor, uint16_t* y, float* mean,
+                                       float* inv_std) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    normalize_running<decltype(storage)>(s, outer, channels, inner, eps, x, mean_sum, var_sum,
+                                         factor, y, mean, inv_std);
+  });
+}
+
+void CudaBackend::batch_norm_backward(Half format, int64_t outer, int64_t channels,
+                                      int64_t inner, const uint16_t* y, const uint16_t* dy,
+                                      const float* inv_std, uint16_t* dx) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    normalize_backward<decltype(storage)>(context_, s, outer, channels, inner, y, dy, inv_std,
+                                          dx);
+  });
 }
 
 void CudaBackend::channel_affine(Half format, int64_t outer, int64_t channels, int64_t inner,
@@ -470,11 +560,10 @@ void CudaBackend::channel_affine(Half format, int64_t outer, int64_t channels, i
 }
 
 void CudaBackend::channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
-                                 const uint16_t* a, float* out) {
+                                 const uint16_t* a, const uint16_t* b, float* out) {
   const cudaStream_t s = on_device();
   with_half_storage(format, [&](auto storage) {
-    using Terms = StoredTerms<decltype(storage)>;
-    reduce_channels(context_, s, outer, channels, inner, Terms{a}, out);
+    reduce<decltype(storage)>(context_, s, outer, channels, inner, a, b, out);
   });
 }
 

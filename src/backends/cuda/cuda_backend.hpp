@@ -88,6 +88,8 @@ class CudaBackend final : public Backend {
                           const uint16_t* x, uint16_t* y) override;
   void activation_backward(Half format, Activation f, int64_t n, float negative_slope,
                            const uint16_t* y, const uint16_t* dy, uint16_t* dx) override;
+  void axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
+             uint16_t* y) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;
@@ -168,7 +170,19 @@ class CudaBackend final : public Backend {
                       const uint16_t* x, const float* scale, const float* bias,
                       uint16_t* y) override;
   void channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
-                      const uint16_t* a, float* out) override;
+                      const uint16_t* a, const uint16_t* b, float* out) override;
+  void channel_moments(Half format, int64_t outer, int64_t channels, int64_t inner,
+                       const uint16_t* x, float* mean, float* var) override;
+  void batch_norm_forward(Half format, int64_t outer, int64_t channels, int64_t inner,
+                          float eps, const uint16_t* x, const float* mean, const float* var,
+                          uint16_t* y, float* inv_std) override;
+  void batch_norm_inference(Half format, int64_t outer, int64_t channels, int64_t inner,
+                            float eps, const uint16_t* x, const float* mean_sum,
+                            const float* var_sum, const float* factor, uint16_t* y,
+                            float* mean, float* inv_std) override;
+  void batch_norm_backward(Half format, int64_t outer, int64_t channels, int64_t inner,
+                           const uint16_t* y, const uint16_t* dy, const float* inv_std,
+                           uint16_t* dx) override;
   // Every optional operation: convolution runs through cuDNN, or im2col + cuBLAS without it.
   bool supports(Operation) const override { return true; }
   bool supports_math(Math math) const override;  // TF32 from compute capability 8.0

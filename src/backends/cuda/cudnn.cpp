@@ -355,7 +355,7 @@ void CudaBackend::conv_backward_filter(Half format, const ConvGeometry& g, const
     add_half(format, g.weight_count(), gradient, dweight);
   else
     im2col_conv_backward_filter(format, g, x, dy, dweight);
-  if (dbias != nullptr) channel_reduce(format, g.n, g.k, g.out_h * g.out_w, dy, dbias);
+  if (dbias != nullptr) channel_reduce(format, g.n, g.k, g.out_h * g.out_w, dy, nullptr, dbias);
 }
 
 }  // namespace lamina::cuda_detail

@@ -1,6 +1,6 @@
-// 16-bit storage on CUDA (Backend::to_half, from_half, and add_half): elementwise kernels
-// around half_storage.cuh's load and store, which give rounding.hpp's bits (by the
-// hardware's conversions but for NaNs), the Native backend's.
+// 16-bit storage on CUDA (Backend::to_half, from_half, axpby in 16 bits, and add_half):
+// elementwise kernels around half_storage.cuh's load and store, which give rounding.hpp's
+// bits (by the hardware's conversions but for NaNs), the Native backend's.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/half_storage.cuh"
@@ -17,6 +17,18 @@ __global__ void to_half_kernel(int64_t n, const float* x, uint16_t* y) {
 template <class S>
 __global__ void add_half_kernel(int64_t n, const uint16_t* x, float* y) {
   LAMINA_GRID_STRIDE_LOOP(i, n) y[i] = __fadd_rn(y[i], S::load(x[i]));
+}
+
+// y = alpha x + beta y, each product and the sum rounded in FP32, then stored; a zero
+// coefficient does not read its operand (beta 0 overwrites a y holding NaN).
+template <class S>
+__global__ void half_axpby_kernel(int64_t n, float alpha, const uint16_t* x, float beta,
+                                  uint16_t* y) {
+  LAMINA_GRID_STRIDE_LOOP(i, n) {
+    const float ax = alpha != 0 ? __fmul_rn(alpha, S::load(x[i])) : 0.0f;
+    const float by = beta != 0 ? __fmul_rn(beta, S::load(y[i])) : 0.0f;
+    y[i] = S::store(__fadd_rn(ax, by));
+  }
 }
 
 template <class S>
@@ -42,6 +54,17 @@ void CudaBackend::from_half(Half format, int64_t n, const uint16_t* x, float* y)
     from_half_kernel<decltype(storage)><<<elementwise_grid(n), kBlock, 0, s>>>(n, x, y);
   });
   LAMINA_CUDA_LAUNCHED(from_half_kernel);
+}
+
+void CudaBackend::axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
+                        uint16_t* y) {
+  const cudaStream_t s = on_device();
+  if (n <= 0) return;
+  with_half_storage(format, [&](auto storage) {
+    half_axpby_kernel<decltype(storage)><<<elementwise_grid(n), kBlock, 0, s>>>(n, alpha, x,
+                                                                                beta, y);
+  });
+  LAMINA_CUDA_LAUNCHED(half_axpby_kernel);
 }
 
 void CudaBackend::add_half(Half format, int64_t n, const uint16_t* x, float* y) {

@@ -71,19 +71,4 @@ void NativeBackend::pool_backward(Half format, PoolMethod method, const PoolGeom
   to_half(format, inputs, wide, dx);
 }
 
-void NativeBackend::channel_affine(Half format, int64_t outer, int64_t channels, int64_t inner,
-                                   const uint16_t* x, const float* scale, const float* bias,
-                                   uint16_t* y) {
-  const int64_t n = outer * channels * inner;
-  float* wide = const_cast<float*>(widen(format, n, x, 0));
-  channel_affine(outer, channels, inner, wide, scale, bias, wide);
-  to_half(format, n, wide, y);
-}
-
-void NativeBackend::channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
-                                   const uint16_t* a, float* out) {
-  channel_reduce(outer, channels, inner, widen(format, outer * channels * inner, a, 0), nullptr,
-                 out);
-}
-
 }  // namespace lamina

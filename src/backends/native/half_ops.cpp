@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "lamina/native_backend.hpp"
+#include "parallel.hpp"
 
 namespace lamina {
 
@@ -70,6 +71,23 @@ void NativeBackend::activation_backward(Half format, Activation f, int64_t n,
   activation_backward(f, n, negative_slope, widen(format, n, y, 0), widen(format, n, dy, 1),
                       wide);
   to_half(format, n, wide, dx);
+}
+
+// y = alpha x + beta y as the CUDA kernel computes it: each product and the sum rounded in
+// FP32 (separate statements: no fused multiply-add), a zero coefficient not reading its
+// operand.
+void NativeBackend::axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
+                          uint16_t* y) {
+  const float* wide_x = alpha != 0 ? widen(format, n, x, 0) : nullptr;
+  float* wide_y = beta != 0 ? const_cast<float*>(widen(format, n, y, 1)) : staging(1, n);
+  native::parallel_ranges(n, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float ax = alpha != 0 ? alpha * wide_x[i] : 0.0f;
+      const float by = beta != 0 ? beta * wide_y[i] : 0.0f;
+      wide_y[i] = ax + by;
+    }
+  });
+  to_half(format, n, wide_y, y);
 }
 
 }  // namespace lamina

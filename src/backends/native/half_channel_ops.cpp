@@ -1,0 +1,63 @@
+// The Native backend's per-channel operations in 16 bits (backend.hpp, the optional groups in
+// 16 bits): batch normalisation, the affine map and the per-channel sums. As half_ops.cpp
+// does, each widens its 16-bit operands to floats in the staging arrays, runs the FP32
+// operation (channel_ops.cpp) and rounds each 16-bit result once; statistics, inv_std and
+// sums stay FP32, as on the CUDA backend.
+#include "lamina/native_backend.hpp"
+
+namespace lamina {
+
+void NativeBackend::channel_affine(Half format, int64_t outer, int64_t channels, int64_t inner,
+                                   const uint16_t* x, const float* scale, const float* bias,
+                                   uint16_t* y) {
+  const int64_t n = outer * channels * inner;
+  float* wide = const_cast<float*>(widen(format, n, x, 0));
+  channel_affine(outer, channels, inner, wide, scale, bias, wide);
+  to_half(format, n, wide, y);
+}
+
+void NativeBackend::channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
+                                   const uint16_t* a, const uint16_t* b, float* out) {
+  const int64_t n = outer * channels * inner;
+  channel_reduce(outer, channels, inner, widen(format, n, a, 0), widen(format, n, b, 1), out);
+}
+
+void NativeBackend::channel_moments(Half format, int64_t outer, int64_t channels, int64_t inner,
+                                    const uint16_t* x, float* mean, float* var) {
+  channel_moments(outer, channels, inner, widen(format, outer * channels * inner, x, 0), mean,
+                  var);
+}
+
+void NativeBackend::batch_norm_forward(Half format, int64_t outer, int64_t channels,
+                                       int64_t inner, float eps, const uint16_t* x,
+                                       const float* mean, const float* var, uint16_t* y,
+                                       float* inv_std) {
+  const int64_t n = outer * channels * inner;
+  float* wide = const_cast<float*>(widen(format, n, x, 0));
+  batch_norm_forward(outer, channels, inner, eps, wide, mean, var, wide, inv_std);
+  to_half(format, n, wide, y);
+}
+
+void NativeBackend::batch_norm_inference(Half format, int64_t outer, int64_t channels,
+                                         int64_t inner, float eps, const uint16_t* x,
+                                         const float* mean_sum, const float* var_sum,
+                                         const float* factor, uint16_t* y, float* mean,
+                                         float* inv_std) {
+  const int64_t n = outer * channels * inner;
+  float* wide = const_cast<float*>(widen(format, n, x, 0));
+  batch_norm_inference(outer, channels, inner, eps, wide, mean_sum, var_sum, factor, wide, mean,
+                       inv_std);
+  to_half(format, n, wide, y);
+}
+
+void NativeBackend::batch_norm_backward(Half format, int64_t outer, int64_t channels,
+                                        int64_t inner, const uint16_t* y, const uint16_t* dy,
+                                        const float* inv_std, uint16_t* dx) {
+  const int64_t n = outer * channels * inner;
+  float* wide = staging(2, n);
+  batch_norm_backward(outer, channels, inner, widen(format, n, y, 0), widen(format, n, dy, 1),
+                      inv_std, wide);
+  to_half(format, n, wide, dx);
+}
+
+}  // namespace lamina
