@@ -1,0 +1,300 @@
+// Batch normalisation on CUDA (backend.hpp, kBatchNorm, in FP32 and in 16 bits): batch
+// statistics, the normalised output from batch or running statistics, and the input gradient
+// through batch statistics, each written once over half_storage.cuh's storage S with
+// channel_sums.cuh's reductions. Statistics, inv_std and the backward pass's means are FP32
+// (from sums in double); elementwise work multiplies and adds with explicit rounding
+// (__fmul_rn, __fadd_rn) so that no fused multiply-add changes the result from the Native
+// backend's.
+#include "backends/cuda/channel_sums.cuh"
+#include "backends/cuda/cuda_backend.hpp"
+
+namespace lamina::cuda_detail {
+namespace {
+
+template <class S>
+struct DeviationTerms {  // (x - mu[c])^2, mu in double
+  static constexpr int kSums = 1;
+  const typename S::Stored* x;
+  const double* mu;
+  __device__ void operator()(int64_t i, int64_t c, double* sum) const {
+    const double d = S::load(x[i]) - mu[c];
+    sum[0] += d * d;
+  }
+};
+template <class S>
+struct GradientTerms {  // dy and dy y: batch normalisation's backward pass
+  static constexpr int kSums = 2;
+  const typename S::Stored *dy, *y;
+  __device__ void operator()(int64_t i, int64_t, double* sum) const {
+    const float g = S::load(dy[i]);
+    sum[0] += g;
+    sum[1] += static_cast<double>(g) * S::load(y[i]);
+  }
+};
+
+// mean[c] and var[c] (biased) of x (outer, channels, inner): two passes in double.
+template <class S>
+__global__ void channel_moments_kernel(int64_t outer, int64_t channels, int64_t inner,
+                                       const typename S::Stored* x, float* mean, float* var) {
+  const int64_t m = outer * inner;
+  LAMINA_BLOCK_STRIDE_LOOP(c, channels) {
+    double sum[1];
+    channel_block_sums(outer, channels, inner, c, StoredTerms<S>{x}, sum);
+    const double mu = m > 0 ? sum[0] / static_cast<double>(m) : 0.0;
+    double squares = 0;
+    LAMINA_CHANNEL_LOOP(e, outer, inner) {
+      const double d = S::load(x[(e.o * channels + c) * inner + e.j]) - mu;
+      squares += d * d;
+    }
+    squares = block_sum(squares);
+    if (threadIdx.x == 0) {
+      mean[c] = static_cast<float>(mu);
+      var[c] = static_cast<float>(m > 0 ? squares / static_cast<double>(m) : 0.0);
+    }
+  }
+}
+
+// 1 / sqrt(var + eps), in double and rounded once (as the Native backend does).
+__device__ float inverse_std(float var, float eps) {
+  return static_cast<float>(1.0 / sqrt(static_cast<double>(var) + static_cast<double>(eps)));
+}
+
+__global__ void inverse_std_kernel(int64_t channels, float eps, const float* var,
+                                   float* inv_std) {
+  LAMINA_GRID_STRIDE_LOOP(c, channels) inv_std[c] = inverse_std(var[c], eps);
+}
+
+// mean = mean_sum / factor[0], inv_std from var_sum / factor[0]: each quotient in double,
+// rounded once; 0 when factor[0] is 0 (Caffe's estimates before any update).
+__global__ void running_statistics_kernel(int64_t channels, float eps, const float* mean_sum,
+                                          const float* var_sum, const float* factor,
+                                          float* mean, float* inv_std) {
+  const double f = factor[0];
+  LAMINA_GRID_STRIDE_LOOP(c, channels) {
+    mean[c] = f == 0 ? 0.0f : static_cast<float>(static_cast<double>(mean_sum[c]) / f);
+    const float var = f == 0 ? 0.0f : static_cast<float>(static_cast<double>(var_sum[c]) / f);
+    inv_std[c] = inverse_std(var, eps);
+  }
+}
+
+template <class S>
+struct NormalizeOp {  // y = (x - mean[c]) * inv_std[c]
+  const typename S::Stored* x;
+  const float *mean, *inv_std;
+  typename S::Stored* y;
+  using In = float;
+  __device__ In load(int64_t i) const { return S::load(x[i]); }
+  __device__ void apply(int64_t i, int64_t c, In v) const {
+    y[i] = S::store(__fmul_rn(__fsub_rn(v, mean[c]), inv_std[c]));
+  }
+};
+
+// Batch normalisation's input gradient of one element: inv_std (dy - mean_dy - y mean_dy_y),
+// with mean_dy = mean_c(dy) and mean_dy_y = mean_c(dy y) of its channel.
+__device__ __forceinline__ float normalize_backward_value(float inv_std, float y, float dy,
+                                                         float mean_dy, float mean_dy_y) {
+  return __fmul_rn(inv_std, __fsub_rn(__fsub_rn(dy, mean_dy), __fmul_rn(y, mean_dy_y)));
+}
+
+// dx = normalize_backward_value with means[c] = mean_c(dy) and means[channels + c] =
+// mean_c(dy y); dx may be dy or y.
+template <class S>
+struct NormalizeBackwardOp {
+  const typename S::Stored *y, *dy;
+  const float *inv_std, *means;
+  int64_t channels;
+  typename S::Stored* dx;
+  using In = float2;  // (y, dy)
+  __device__ In load(int64_t i) const { return make_float2(S::load(y[i]), S::load(dy[i])); }
+  __device__ void apply(int64_t i, int64_t c, In v) const {
+    dx[i] = S::store(
+        normalize_backward_value(inv_std[c], v.x, v.y, means[c], means[channels + c]));
+  }
+};
+
+// dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)); dx may be dy or y.
+template <class S>
+__global__ void batch_norm_backward_kernel(int64_t outer, int64_t channels, int64_t inner,
+                                           const typename S::Stored* y,
+                                           const typename S::Stored* dy, const float* inv_std,
+                                           typename S::Stored* dx) {
+  const int64_t m = outer * inner;
+  LAMINA_BLOCK_STRIDE_LOOP(c, channels) {
+    // After the block sums every thread has read its elements, before any writes.
+    double sum[2];
+    channel_block_sums(outer, channels, inner, c, GradientTerms<S>{dy, y}, sum);
+    const float mean_dy = static_cast<float>(sum[0] / static_cast<double>(m));
+    const float mean_dy_y = static_cast<float>(sum[1] / static_cast<double>(m));
+    const float scale = inv_std[c];
+    LAMINA_CHANNEL_LOOP(e, outer, inner) {
+      const int64_t i = (e.o * channels + c) * inner + e.j;
+      dx[i] = S::store(normalize_backward_value(scale, S::load(y[i]), S::load(dy[i]),
+                                                mean_dy, mean_dy_y));
+    }
+  }
+}
+
+// mu[c] = the sum / m in double, mean[c] the same rounded once.
+__global__ void channel_mean_kernel(int64_t channels, int parts, double m,
+                                    const double* partial, double* mu, float* mean) {
+  LAMINA_GRID_STRIDE_LOOP(c, channels) {
+    mu[c] = sum_of_parts(channels, parts, partial, 0, c) / m;
+    mean[c] = static_cast<float>(mu[c]);
+  }
+}
+
+// Batch statistics of x: mean and the biased var (0 for channels with no elements).
+template <class S>
+void moments(CudaContext& context, cudaStream_t s, int64_t outer, int64_t channels,
+             int64_t inner, const typename S::Stored* x, float* mean, float* var) {
+  if (channels <= 0) return;
+  if (outer * inner == 0) {  // no elements: report 0 rather than 0 / 0
+    LAMINA_CUDA_CHECK(cudaMemsetAsync(mean, 0, sizeof(float) * channels, s));
+    LAMINA_CUDA_CHECK(cudaMemsetAsync(var, 0, sizeof(float) * channels, s));
+    return;
+  }
+  const ChannelParts split(outer, channels, inner, context.sm_count());
+  if (split.parts == 0) {
+    channel_moments_kernel<S><<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels,
+                                                                           inner, x, mean, var);
+    LAMINA_CUDA_LAUNCHED(channel_moments_kernel);
+    return;
+  }
+  // The parts' sums, then the means in double (mu), then the squared deviations from them.
+  const int64_t partials = channels * split.parts;
+  auto* partial =
+      static_cast<double*>(context.workspace(sizeof(double) * (partials + channels)));
+  double* mu = partial + partials;
+  const double m = static_cast<double>(outer * inner);
+  launch_partial(s, outer, channels, inner, split, StoredTerms<S>{x}, partial);
+  channel_mean_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts, m,
+                                                                    partial, mu, mean);
+  LAMINA_CUDA_LAUNCHED(channel_mean_kernel);
+  launch_partial(s, outer, channels, inner, split, DeviationTerms<S>{x, mu}, partial);
+  channel_means_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, split.parts, 1,
+                                                                     m, partial, var);
+  LAMINA_CUDA_LAUNCHED(channel_means_kernel);
+}
+
+// y = (x - mean[c]) * inv_std[c] with inv_std = 1 / sqrt(var + eps), also written.
+template <class S>
+void normalize_batch(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, float eps,
+                     const typename S::Stored* x, const float* mean, const float* var,
+                     typename S::Stored* y, float* inv_std) {
+  if (channels <= 0) return;
+  inverse_std_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, eps, var, inv_std);
+  LAMINA_CUDA_LAUNCHED(inverse_std_kernel);
+  launch_channel_op(s, outer, channels, inner, NormalizeOp<S>{x, mean, inv_std, y});
+}
+
+// As normalize_batch with the running statistics (Caffe's sums and factor).
+template <class S>
+void normalize_running(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner,
+                       float eps, const typename S::Stored* x, const float* mean_sum,
+                       const float* var_sum, const float* factor, typename S::Stored* y,
+                       float* mean, float* inv_std) {
+  if (channels <= 0) return;
+  running_statistics_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
+      channels, eps, mean_sum, var_sum, factor, mean, inv_std);
+  LAMINA_CUDA_LAUNCHED(running_statistics_kernel);
+  launch_channel_op(s, outer, channels, inner, NormalizeOp<S>{x, mean, inv_std, y});
+}
+
+// dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)): a block per channel, or the parts'
+// sums of dy and dy y, the channels' means of both, then dx elementwise.
+template <class S>
+void normalize_backward(CudaContext& context, cudaStream_t s, int64_t outer, int64_t channels,
+                        int64_t inner, const typename S::Stored* y,
+                        const typename S::Stored* dy, const float* inv_std,
+                        typename S::Stored* dx) {
+  if (outer * channels * inner == 0) return;
+  const ChannelParts split(outer, channels, inner, context.sm_count());
+  if (split.parts == 0) {
+    batch_norm_backward_kernel<S><<<row_grid(channels), kChannelBlock, 0, s>>>(
+        outer, channels, inner, y, dy, inv_std, dx);
+    LAMINA_CUDA_LAUNCHED(batch_norm_backward_kernel);
+    return;
+  }
+  const int64_t partials = 2 * channels * split.parts;
+  auto* partial = static_cast<double*>(
+      context.workspace(sizeof(double) * partials + sizeof(float) * 2 * channels));
+  auto* means = reinterpret_cast<float*>(partial + partials);
+  launch_partial(s, outer, channels, inner, split, GradientTerms<S>{dy, y}, partial);
+  channel_means_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
+      channels, split.parts, 2, static_cast<double>(outer * inner), partial, means);
+  LAMINA_CUDA_LAUNCHED(channel_means_kernel);
+  launch_channel_op(s, outer, channels, inner,
+                    NormalizeBackwardOp<S>{y, dy, inv_std, means, channels, dx});
+}
+
+}  // namespace
+
+void CudaBackend::channel_moments(int64_t outer, int64_t channels, int64_t inner,
+                                  const float* x, float* mean, float* var) {
+  moments<Fp32Storage>(context_, on_device(), outer, channels, inner, x, mean, var);
+}
+
+void CudaBackend::batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
+                                     const float* x, const float* mean, const float* var,
+                                     float* y, float* inv_std) {
+  normalize_batch<Fp32Storage>(on_device(), outer, channels, inner, eps, x, mean, var, y,
+                               inv_std);
+}
+
+void CudaBackend::batch_norm_inference(int64_t outer, int64_t channels, int64_t inner,
+                                       float eps, const float* x, const float* mean_sum,
+                                       const float* var_sum, const float* factor, float* y,
+                                       float* mean, float* inv_std) {
+  normalize_running<Fp32Storage>(on_device(), outer, channels, inner, eps, x, mean_sum, var_sum,
+                                 factor, y, mean, inv_std);
+}
+
+void CudaBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,
+                                      const float* y, const float* dy, const float* inv_std,
+                                      float* dx) {
+  normalize_backward<Fp32Storage>(context_, on_device(), outer, channels, inner, y, dy, inv_std,
+                                  dx);
+}
+
+void CudaBackend::channel_moments(Half format, int64_t outer, int64_t channels, int64_t inner,
+                                  const uint16_t* x, float* mean, float* var) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    moments<decltype(storage)>(context_, s, outer, channels, inner, x, mean, var);
+  });
+}
+
+void CudaBackend::batch_norm_forward(Half format, int64_t outer, int64_t channels,
+                                     int64_t inner, float eps, const uint16_t* x,
+                                     const float* mean, const float* var, uint16_t* y,
+                                     float* inv_std) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    normalize_batch<decltype(storage)>(s, outer, channels, inner, eps, x, mean, var, y,
+                                       inv_std);
+  });
+}
+
+void CudaBackend::batch_norm_inference(Half format, int64_t outer, int64_t channels,
+                                       int64_t inner, float eps, const uint16_t* x,
+                                       const float* mean_sum, const float* var_sum,
+                                       const float* factor, uint16_t* y, float* mean,
+                                       float* inv_std) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    normalize_running<decltype(storage)>(s, outer, channels, inner, eps, x, mean_sum, var_sum,
+                                         factor, y, mean, inv_std);
+  });
+}
+
+void CudaBackend::batch_norm_backward(Half format, int64_t outer, int64_t channels,
+                                      int64_t inner, const uint16_t* y, const uint16_t* dy,
+                                      const float* inv_std, uint16_t* dx) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    normalize_backward<decltype(storage)>(context_, s, outer, channels, inner, y, dy, inv_std,
+                                          dx);
+  });
+}
+
+}  // namespace lamina::cuda_detail
