@@ -21,6 +21,7 @@ namespace lamina {
 namespace {
 
 using ::testing::ElementsAre;
+using testing::layer_names;
 using ::testing::HasSubstr;
 using testing::random_values;
 
@@ -59,11 +60,6 @@ NetParameter mlp(Precision p) {
   return param;
 }
 
-std::vector<std::string> layer_names(Net& net) {
-  std::vector<std::string> out;
-  for (int i = 0; i < net.num_layers(); ++i) out.push_back(net.layer(i).name());
-  return out;
-}
 
 TEST(Bf16Net, LayersStoreInBf16AndConvertAtTheEdges) {
   NativeBackend native;
@@ -110,7 +106,7 @@ TEST(Bf16Net, PrecisionsAreParsedAndRefusedWithTheirFix) {
     EXPECT_EQ(net.layer_storage(2), DType::kF32);
   }
   // A layer without a 16-bit path in place on a 16-bit layer's top makes that layer store
-  // it in FP32 (Caffe's BatchNorm in place on a convolution).
+  // it in FP32 (a Dropout in place on a Linear layer's output).
   NetParameter dropout = param;
   dropout.mutable_layer(2)->set_type("Dropout");
   {

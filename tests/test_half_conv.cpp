@@ -22,6 +22,7 @@ namespace lamina {
 namespace {
 
 using ::testing::ElementsAre;
+using testing::layer_names;
 using testing::random_values;
 
 // The unit roundoff of a 16-bit format: 2^-8 in BF16, 2^-11 in FP16.
@@ -35,11 +36,6 @@ std::vector<float> rounded(std::vector<float> v, Half f) {
   return v;
 }
 
-std::vector<std::string> layer_names(Net& net) {
-  std::vector<std::string> out;
-  for (int i = 0; i < net.num_layers(); ++i) out.push_back(net.layer(i).name());
-  return out;
-}
 
 // conv1 (4 -> 5 channels, 3x3, pad 1, stride 2, with bias) between two FP32 layers.
 const char* kConv = R"(

@@ -114,7 +114,8 @@ TEST(LenetEndToEnd, TrainingIn16BitsOnTheGpuMatchesTheCpu) {
     Solver on_gpu(m.solver, m.net, *gpu, m.net_path);
     on_cpu.step(200);
     on_gpu.step(200);
-    testing::expect_losses_close(on_cpu, on_gpu, 10, 5e-2, "LeNet " + name);
+    ASSERT_NO_FATAL_FAILURE(
+        testing::expect_losses_close(on_cpu, on_gpu, 10, 5e-2, "LeNet " + name));
     const auto& a = on_cpu.loss_history();
     EXPECT_LT(a.back().loss, 0.5 * a.front().loss) << "LeNet must have trained";
     if (on_cpu.scales_loss()) {

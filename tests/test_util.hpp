@@ -275,4 +275,17 @@ inline void expect_losses_close(const Solver& a, const Solver& b, size_t count,
   }
 }
 
+// The names of the net's layers in order, and the index of one of them.
+inline std::vector<std::string> layer_names(Net& net) {
+  std::vector<std::string> out;
+  for (int i = 0; i < net.num_layers(); ++i) out.push_back(net.layer(i).name());
+  return out;
+}
+inline int layer_index(Net& net, const std::string& name) {
+  for (int i = 0; i < net.num_layers(); ++i)
+    if (net.layer(i).name() == name) return i;
+  ADD_FAILURE() << "no layer '" << name << "'";
+  return 0;
+}
+
 }  // namespace lamina::testing

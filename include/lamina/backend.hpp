@@ -215,7 +215,9 @@ class Backend {
   // stay FP32. The Native backend computes with the float operations above on the converted
   // operands, so the two agree within the rounding of one 16-bit result where their FP32
   // sums differ in order. Optional: a backend without them says so in supports_half, and
-  // the net then refuses 16-bit layers (the defaults throw).
+  // the net then refuses 16-bit layers (the defaults throw). A backend whose supports_half
+  // says yes implements all of them, and the 16-bit forms of the optional groups it
+  // supports(); the net does not check each layer's operations against it.
   virtual bool supports_half(Half /*format*/) const { return false; }
   // As gemm, with A and B in `format` and C in FP32 (float* c) or in `format`.
   virtual void gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
@@ -238,7 +240,8 @@ class Backend {
   virtual void activation_backward(Half format, Activation f, int64_t n, float negative_slope,
                                    const uint16_t* y, const uint16_t* dy, uint16_t* dx);
   // y = alpha x + beta y with x and y in `format`: two FP32 products and their FP32 sum (no
-  // fused multiply-add), rounded once; beta 0 does not read y. Eltwise SUM and Split.
+  // fused multiply-add), rounded once; a zero coefficient does not read its operand (beta 0
+  // overwrites a y holding NaN). Eltwise SUM and Split.
   virtual void axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
                      uint16_t* y);
 

@@ -83,8 +83,10 @@ class Layer {
     kNone,     // computes in FP32: the net gives it FP32 bottoms and tops (softmax, losses,
                // and every layer not written for 16 bits, custom ones included)
     kHalf,     // reads and writes its bottoms, tops and their gradients in 16 bits, and its
-               // parameters' 16-bit copies (Tensor::half_copy); parameter gradients stay FP32
-    kFollows,  // its tops are views of its bottoms and stored like them (Flatten, Reshape)
+               // parameters as FP32 or as their 16-bit copies (Tensor::half_copy: a
+               // product's weights); parameter gradients stay FP32
+    kFollows,  // stores its tops like its first bottom: views of it (Flatten, Reshape), or
+               // Split, whose tops share its data and have gradients of their own
     kConverts,  // takes its bottom in any storage; its top is stored as its precision says
                 // (Convert, which the net inserts between layers that store differently)
   };

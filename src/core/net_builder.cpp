@@ -287,8 +287,8 @@ DType storage_of_layer(const NetPlan& plan, size_t i, DType first_bottom) {
 }
 
 // The layers written for 16 bits that must run in FP32 all the same: those whose top a layer
-// without a 16-bit path then works on in place (Caffe's BatchNorm and Scale in place on a
-// convolution's output), which could not have a Convert before it. A layer in place on a
+// without a 16-bit path then works on in place (a Dropout in place on a Linear layer's
+// output), which could not have a Convert before it. A layer in place on a
 // view's top would write the viewed blob too, and check_in_place (layer.cpp) refuses it.
 std::set<size_t> fp32_producers(const NetPlan& plan) {
   std::set<size_t> out;
@@ -311,6 +311,30 @@ std::set<size_t> fp32_producers(const NetPlan& plan) {
   return out;
 }
 
+// The Splits whose every consumer reads FP32 (a 16-bit score read by the loss and by
+// Accuracy): they store in FP32, with one Convert before them instead of one per consumer.
+std::set<size_t> fp32_splits(const NetPlan& plan, const std::set<size_t>& fp32_tops) {
+  const auto reads_fp32 = [&](size_t j) {
+    switch (plan.layers[j]->half_support()) {
+      case Layer::HalfSupport::kNone: return true;
+      case Layer::HalfSupport::kHalf:
+        return fp32_tops.count(j) > 0 || !is_half(storage_of(plan.flat[j].param.precision()));
+      default: return false;  // views follow the Split, Converts take any storage
+    }
+  };
+  std::set<size_t> out;
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    if (plan.flat[i].param.type() != "Split") continue;
+    const auto& tops = plan.tops[i];
+    bool all = true;
+    for (size_t j = i + 1; j < plan.layers.size() && all; ++j)
+      for (const std::string& b : plan.bottoms[j])
+        if (std::find(tops.begin(), tops.end(), b) != tops.end() && !reads_fp32(j)) all = false;
+    if (all) out.insert(i);
+  }
+  return out;
+}
+
 // 4. Every layer reads its bottoms stored as it needs them: a layer not written for 16 bits
 //    in FP32, one running in 16 bits in its format, a view as its producer stores them. A
 //    Convert goes before a layer whose bottom is stored otherwise. An in-place layer cannot
@@ -319,6 +343,7 @@ std::set<size_t> fp32_producers(const NetPlan& plan) {
 //    whose producer has no FP32 to fall back on (a Convert to 16 bits).
 void insert_conversions(NetPlan& plan) {
   const std::set<size_t> fp32_tops = fp32_producers(plan);
+  const std::set<size_t> fp32_split = fp32_splits(plan, fp32_tops);
   std::map<std::string, DType> stored;         // the current version of each blob
   std::map<std::string, std::string> producer;  // ... and the layer that wrote it
   std::set<std::string> names;  // every blob and layer name, which a Convert must not take
@@ -356,12 +381,12 @@ void insert_conversions(NetPlan& plan) {
     std::vector<std::string>& bottoms = plan.bottoms[i];
     DType storage = DType::kF32;
     try {
-      storage = fp32_tops.count(i)
-                    ? DType::kF32
-                    : storage_of_layer(plan, i, bottoms.empty() ? DType::kF32
-                                                                : stored.at(bottoms[0]));
+      const bool fp32 = fp32_tops.count(i) > 0 || fp32_split.count(i) > 0;
+      storage = fp32 ? DType::kF32
+                     : storage_of_layer(plan, i, bottoms.empty() ? DType::kF32
+                                                                 : stored.at(bottoms[0]));
       const Layer::HalfSupport support = plan.layers[i]->half_support();
-      const bool follows = support == Layer::HalfSupport::kFollows ||
+      const bool follows = (support == Layer::HalfSupport::kFollows && !fp32) ||
                            support == Layer::HalfSupport::kConverts;
       const auto& t = plan.tops[i];
       for (const std::string& b : bottoms) {
@@ -440,8 +465,8 @@ void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamA
 
 // "TRAIN net 'mlp': every layer in TF32", or "...: BF16 in fc1, fc2; FP32 in loss", naming
 // apart the layers asked to run in 16 bits that run in FP32: those without a 16-bit path,
-// those whose top such a layer works on in place, views of FP32 blobs, and those in place
-// on an FP32 blob.
+// those whose top such a layer works on in place, views and Splits of FP32 blobs, and those
+// in place on an FP32 blob.
 void Net::log_precisions(const NetPlan& plan) const {
   std::map<std::string, std::string> names;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -454,7 +479,7 @@ void Net::log_precisions(const NetPlan& plan) const {
       else if (plan.fp32_for_in_place[i])
         label += " (its top is worked on in place by a layer with no 16-bit path)";
       else if (support == Layer::HalfSupport::kFollows)
-        label += " (a view of an FP32 blob)";
+        label += " (stored as its FP32 bottom)";
       else
         label += " (in place on an FP32 blob)";
     }

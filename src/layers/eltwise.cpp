@@ -8,8 +8,9 @@
 //   MAX:  y = max_i x_i; an int32 mask records which bottom won (the first on ties)
 //         dx_i = dy where bottom i won, else 0
 // Bottom diffs are written with =. Not in place: PROD's backward needs every input.
-// SUM also runs in 16 bits (bottoms, top and gradients in the format): each term after the
-// first is added and rounded once (y = round(y + coeff_i x_i)), and dx_i = round(coeff_i dy).
+// SUM also runs in 16 bits (bottoms, top and gradients in the format): y = round(coeff_0 x_0),
+// then each term is added and the sum rounded (y = round(y + coeff_i x_i)), and dx_i =
+// round(coeff_i dy).
 // PROD and MAX have no 16-bit path yet and run in FP32.
 #include <vector>
 
@@ -53,6 +54,10 @@ class EltwiseLayer : public Layer {
     for (int i = 0; i < p.coeff_size(); ++i) coeff_[i] = p.coeff(i);
     top[0]->reshape(first.shape());
     storage_ = first.dtype();
+    LAMINA_REQUIRE(op_ == EltwiseParameter::SUM || !is_half(storage_), where(),
+                   EltwiseParameter::EltwiseOp_Name(op_), " has no 16-bit path, but bottom '",
+                   first.name(), "' is stored in ", dtype_name(storage_), ": give it FP32 "
+                   "bottoms");
     if (op_ == EltwiseParameter::MAX) mask_ = Buffer(backend_, sizeof(int32_t) * first.count());
   }
 

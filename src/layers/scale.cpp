@@ -26,7 +26,11 @@ class ScaleLayer : public Layer {
   std::vector<std::string> parameter_messages() const override { return {"scale_param"}; }
   std::vector<Operation> operations() const override { return {Operation::kChannelAffine}; }
   bool supports_in_place() const override { return true; }
-  HalfSupport half_support() const override { return HalfSupport::kHalf; }
+  // In 16 bits with one bottom; the two-bottom form (refused in setup) is left in FP32 so
+  // that its error names the user's blob.
+  HalfSupport half_support() const override {
+    return param_.bottom_size() == 1 ? HalfSupport::kHalf : HalfSupport::kNone;
+  }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     require_one_bottom(where(), "scale", bottom);

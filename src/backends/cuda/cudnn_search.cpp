@@ -160,6 +160,13 @@ void time_algorithms(std::vector<Perf>& order, Find find) {
     return;
   }
   timed.resize(std::clamp(returned, 0, static_cast<int>(timed.size())));
+  for (const Perf& perf : timed) {  // what the choice was made from, for --v=2
+    VLOG(2) << "  cuDNN algorithm " << static_cast<int>(perf.algo) << ": "
+            << cudnnGetErrorString(perf.status) << ", " << perf.time << " ms, math "
+            << static_cast<int>(perf.mathType) << ", "
+            << (perf.determinism == CUDNN_DETERMINISTIC ? "deterministic" : "non-deterministic")
+            << ", workspace " << perf.memory << " bytes";
+  }
   order = std::move(timed);
 }
 

@@ -74,8 +74,8 @@ void NativeBackend::activation_backward(Half format, Activation f, int64_t n,
 }
 
 // y = alpha x + beta y as the CUDA kernel computes it: each product and the sum rounded in
-// FP32 (separate statements: no fused multiply-add), a zero coefficient not reading its
-// operand.
+// FP32 (no fused multiply-add: -ffp-contract=off, CMakeLists.txt), a zero coefficient not
+// reading its operand.
 void NativeBackend::axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
                           uint16_t* y) {
   const float* wide_x = alpha != 0 ? widen(format, n, x, 0) : nullptr;

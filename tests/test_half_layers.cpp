@@ -1,0 +1,199 @@
+// Scale, Eltwise, Split and BatchNorm (running statistics) as layers in 16 bits on the CPU,
+// and where the net converts around layers with and without a 16-bit path. Inputs are values
+// already in the format, so that each result can be computed here from the exact operands:
+// every 16-bit result is the FP32 operation's rounded once, at the points docs/precision.md
+// names, and parameter gradients (FP32) equal the FP32 net's.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "half_compare.hpp"
+#include "lamina/io.hpp"
+#include "lamina/native_backend.hpp"
+#include "lamina/net.hpp"
+#include "lamina/precision.hpp"
+#include "test_util.hpp"
+
+namespace lamina::testing {
+namespace {
+
+using ::testing::ElementsAre;
+
+float round_to(Half f, float x) { return value_of(f, bits_of(f, x)); }
+std::vector<float> rounded(Half f, const std::vector<float>& v) { return values(f, to_bits(f, v)); }
+
+class HalfLayers : public ::testing::TestWithParam<Half> {
+ protected:
+  Half format() const { return GetParam(); }
+  Precision precision() const { return format() == Half::kBF16 ? BF16 : FP16; }
+  std::string name() const { return Precision_Name(precision()); }
+  // The net in the format (every layer that names no precision), and in FP32.
+  Net& build(const std::string& text, Phase phase = TRAIN) {
+    NetParameter param = parse_net_parameter(text, "net");
+    nets_.push_back(std::make_unique<Net>(param, phase, native_, 1));
+    set_default_precision(param, precision());
+    nets_.push_back(std::make_unique<Net>(param, phase, native_, 1));
+    return *nets_.back();
+  }
+  Net& fp32() { return *nets_[nets_.size() - 2]; }
+  NativeBackend native_;
+  std::vector<std::unique_ptr<Net>> nets_;
+};
+
+// x = data (a Scale by 1 in the format, so that x needs a gradient), then Scale with a bias,
+// in place on x or not: y = round(x s + b), dx = round(dy s); dscale and dbias are the FP32
+// net's (double sums of the same exact values). In place, dscale reads the kept input.
+TEST_P(HalfLayers, ScaleRoundsOnceAndItsParameterGradientsAreFp32s) {
+  const Half f = format();
+  for (const bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "out of place");
+    const std::string top = in_place ? "x" : "y";
+    Net& net = build(R"(
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 2 dim: 3 dim: 4 } shape { dim: 2 } } }
+layer { name: "pre" type: "Scale" bottom: "data" top: "x" scale_param { filler { value: 1 } } }
+layer { name: "sc" type: "Scale" bottom: "x" top: ")" + top + R"(" scale_param { bias_term: true
+        filler { type: "gaussian" std: 1 } bias_filler { type: "gaussian" std: 1 } } }
+layer { name: "ip" type: "Linear" precision: FP32 inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
+)");
+    ASSERT_THAT(layer_names(net), ElementsAre("data", "data_" + name(), "pre", "sc",
+                                              top + "_FP32", "ip", "loss"));
+    const std::vector<float> data = rounded(f, random_values(24, 1, -2, 2));
+    const std::vector<float> dy = rounded(f, random_values(24, 2));
+    forward_and_backward(fp32(), 2, data, dy);
+    forward_and_backward(net, 3, data, dy);
+    const std::vector<float> s = net.layer(3).params()[0].tensor->copy_data_to_host();
+    const std::vector<float> b = net.layer(3).params()[1].tensor->copy_data_to_host();
+    std::vector<float> y(24), dx(24);
+    for (int i = 0; i < 24; ++i) {
+      const int c = (i / 4) % 3;
+      y[i] = round_to(f, data[i] * s[c] + b[c]);
+      dx[i] = round_to(f, dy[i] * s[c]);
+    }
+    EXPECT_EQ(net.blob(top).copy_data_to_host(), y);
+    EXPECT_EQ(net.blob("x").copy_diff_to_host(), dx);
+    for (int p = 0; p < 2; ++p) {
+      EXPECT_EQ(net.layer(3).params()[p].tensor->copy_diff_to_host(),
+                fp32().layer(2).params()[p].tensor->copy_diff_to_host())
+          << "parameter " << p;
+    }
+  }
+}
+
+// SUM of x three times with coefficients 1.5, -0.5, 2: y = round(round(round(1.5 x) - 0.5 x)
+// + 2 x); backward, dx_i = round(coeff_i dy), then the Split adds them: dx = round(round(dx_0 +
+// dx_1) + dx_2).
+TEST_P(HalfLayers, EltwiseSumRoundsEachTermAndSplitAddsTheGradientsInTurn) {
+  const Half f = format();
+  Net& net = build(R"(
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 2 dim: 6 } shape { dim: 2 } } }
+layer { name: "pre" type: "Scale" bottom: "data" top: "x" scale_param { filler { value: 1 } } }
+layer { name: "sum" type: "Eltwise" bottom: "x" bottom: "x" bottom: "x" top: "s"
+        eltwise_param { operation: SUM coeff: 1.5 coeff: -0.5 coeff: 2 } }
+layer { name: "ip" type: "Linear" precision: FP32 inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
+)");
+  ASSERT_THAT(layer_names(net), ElementsAre("data", "data_" + name(), "pre", "x_pre_0_split",
+                                            "sum", "s_FP32", "ip", "loss"));
+  EXPECT_EQ(net.layer_storage(3), dtype_of(f));
+  const std::vector<float> x = rounded(f, random_values(12, 3, -4, 4));
+  const std::vector<float> dy = rounded(f, random_values(12, 4));
+  forward_and_backward(net, 4, x, dy);
+  net.backward_layer(3);
+  std::vector<float> y(12), dx(12);
+  for (int i = 0; i < 12; ++i) {
+    y[i] = round_to(f, round_to(f, round_to(f, 1.5f * x[i]) + -0.5f * x[i]) + 2.0f * x[i]);
+    const float d0 = round_to(f, 1.5f * dy[i]), d1 = round_to(f, -0.5f * dy[i]);
+    dx[i] = round_to(f, round_to(f, d0 + d1) + round_to(f, 2.0f * dy[i]));
+  }
+  EXPECT_EQ(net.blob("s").copy_data_to_host(), y);
+  EXPECT_EQ(net.blob("x").copy_diff_to_host(), dx);
+}
+
+// With running statistics (use_global_stats) y = round((x - mean) inv_std) with Caffe's
+// estimates mean_sum / factor and var_sum / factor, and dx = round(dy inv_std).
+TEST_P(HalfLayers, BatchNormWithRunningStatisticsRoundsOnce) {
+  const Half f = format();
+  Net& net = build(R"(
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 2 dim: 3 dim: 5 } shape { dim: 2 } } }
+layer { name: "pre" type: "Scale" bottom: "data" top: "x" scale_param { filler { value: 1 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "x" top: "y"
+        batch_norm_param { use_global_stats: true } }
+layer { name: "ip" type: "Linear" precision: FP32 inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
+)");
+  const int bn = layer_index(net, "bn");
+  const std::vector<float> mean_sum = {0.5f, -1.0f, 2.0f}, var_sum = {2.0f, 0.5f, 4.0f};
+  auto& params = net.layer(bn).params();
+  params[0].tensor->copy_data_from_host(mean_sum);
+  params[1].tensor->copy_data_from_host(var_sum);
+  params[2].tensor->copy_data_from_host(std::vector<float>{2.0f});
+  const std::vector<float> x = rounded(f, random_values(30, 5, -3, 3));
+  const std::vector<float> dy = rounded(f, random_values(30, 6));
+  forward_and_backward(net, bn, x, dy);
+  std::vector<float> y(30), dx(30);
+  for (int i = 0; i < 30; ++i) {
+    const int c = (i / 5) % 3;
+    const float mean = mean_sum[c] / 2.0f, var = var_sum[c] / 2.0f;
+    const float inv_std = static_cast<float>(1.0 / std::sqrt(double(var) + 1e-5));
+    y[i] = round_to(f, (x[i] - mean) * inv_std);
+    dx[i] = round_to(f, dy[i] * inv_std);
+  }
+  EXPECT_EQ(net.blob("y").copy_data_to_host(), y);
+  EXPECT_EQ(net.blob("x").copy_diff_to_host(), dx);
+}
+
+// Where the net converts: Eltwise MAX has no 16-bit path and gets FP32 copies of its 16-bit
+// bottoms; a Split read only by FP32 layers (the loss and Accuracy) stores FP32 after one
+// Convert; a Split read by a 16-bit layer and an FP32 one stores 16 bits, and only the FP32
+// reader gets a Convert.
+TEST_P(HalfLayers, ConvertsGoWhereTheStorageChanges) {
+  const std::string n = name();
+  Net& max = build(R"(
+layer { name: "data" type: "Input" top: "a" top: "b" top: "label"
+        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 dim: 4 } shape { dim: 2 } } }
+layer { name: "pa" type: "Scale" bottom: "a" top: "xa" }
+layer { name: "pb" type: "Scale" bottom: "b" top: "xb" }
+layer { name: "max" type: "Eltwise" bottom: "xa" bottom: "xb" top: "m"
+        eltwise_param { operation: MAX } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "m" bottom: "label" }
+)");
+  EXPECT_THAT(layer_names(max), ElementsAre("data", "a_" + n, "pa", "b_" + n, "pb", "xa_FP32",
+                                            "xb_FP32", "max", "loss"));
+  const char* scores = R"(
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 } } }
+layer { name: "fc" type: "Linear" bottom: "data" top: "fc" inner_product_param { num_output: 3 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" }
+layer { name: "acc" type: "Accuracy" bottom: "fc" bottom: "label" top: "acc" }
+)";
+  Net& both_fp32 = build(scores);
+  EXPECT_THAT(layer_names(both_fp32),
+              ElementsAre("data", "label_data_1_split", "data_" + n, "fc", "fc_FP32",
+                          "fc_fc_0_split", "loss", "acc"));
+  EXPECT_EQ(both_fp32.layer_storage(5), DType::kF32);
+  Net& mixed = build(R"(
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 } } }
+layer { name: "fc" type: "Linear" bottom: "data" top: "fc" inner_product_param { num_output: 3 } }
+layer { name: "fc2" type: "Linear" bottom: "fc" top: "fc2" inner_product_param { num_output: 3 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" }
+layer { name: "loss2" type: "SoftmaxWithLoss" bottom: "fc2" bottom: "label" }
+)");
+  EXPECT_THAT(layer_names(mixed),
+              ElementsAre("data", "label_data_1_split", "data_" + n, "fc", "fc_fc_0_split",
+                          "fc2", "fc_fc_0_split_1_FP32", "loss", "fc2_FP32", "loss2"));
+  EXPECT_EQ(mixed.layer_storage(4), dtype_of(format()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, HalfLayers, ::testing::Values(Half::kBF16, Half::kFP16),
+                         [](const auto& info) { return format_name(info.param); });
+
+}  // namespace
+}  // namespace lamina::testing
