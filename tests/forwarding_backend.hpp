@@ -143,6 +143,8 @@ class ForwardingBackend : public CoreForwardingBackend {
   using CoreForwardingBackend::activation_backward;
   using CoreForwardingBackend::activation_forward;
   using CoreForwardingBackend::axpby;
+  using CoreForwardingBackend::dropout_forward;
+  using CoreForwardingBackend::mul;
   using CoreForwardingBackend::gemm;
   using CoreForwardingBackend::linear_bias_backward;
   using CoreForwardingBackend::linear_forward;
@@ -174,6 +176,14 @@ class ForwardingBackend : public CoreForwardingBackend {
   void axpby(Half f, int64_t n, float alpha, const uint16_t* x, float beta,
              uint16_t* y) override {
     inner_.axpby(f, n, alpha, x, beta, y);
+  }
+  void mul(Half f, int64_t n, const uint16_t* a, const float* b, uint16_t* y) override {
+    inner_.mul(f, n, a, b, y);
+  }
+  void dropout_forward(Half f, int64_t n, float ratio, uint64_t seed, uint64_t offset,
+                       PassCounter* counter, const uint16_t* x, float* mask,
+                       uint16_t* y) override {
+    inner_.dropout_forward(f, n, ratio, seed, offset, counter, x, mask, y);
   }
   bool has_side_lane() const override { return inner_.has_side_lane(); }
   void open_side_lane() override { inner_.open_side_lane(); }
@@ -285,6 +295,10 @@ class ForwardingBackend : public CoreForwardingBackend {
   void batch_norm_backward(Half f, int64_t o, int64_t c, int64_t i, const uint16_t* y,
                            const uint16_t* dy, const float* inv_std, uint16_t* dx) override {
     inner_.batch_norm_backward(f, o, c, i, y, dy, inv_std, dx);
+  }
+  void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
+                 uint16_t* dst, int64_t dst_stride) override {
+    inner_.copy_rows(rows, cols, src, src_stride, dst, dst_stride);
   }
   bool supports(Operation op) const override { return inner_.supports(op); }
 };

@@ -13,6 +13,7 @@
 #include "lamina/native_backend.hpp"
 #include "lamina/net.hpp"
 #include "lamina/precision.hpp"
+#include "lamina/registry.hpp"
 #include "lamina/rounding.hpp"
 #include "lamina/solver.hpp"
 #include "test_util.hpp"
@@ -79,7 +80,32 @@ TEST(Bf16Net, LayersStoreInBf16AndConvertAtTheEdges) {
   EXPECT_EQ(net.blob("ip2_FP32").dtype(), DType::kF32);
 }
 
+// A layer from outside Lamina that works in place and has no 16-bit path (every layer of
+// Lamina's that works in place has one): the identity.
+class InPlaceFp32Layer final : public Layer {
+ public:
+  using Layer::Layer;
+  bool supports_in_place() const override { return true; }
+  void setup(const Tensors& bottom, const Tensors& top) override {
+    if (top[0] != bottom[0]) top[0]->reshape(bottom[0]->shape());
+  }
+  void forward(const Tensors& bottom, const Tensors& top) override {
+    if (top[0] == bottom[0]) return;
+    backend_.copy(sizeof(float) * bottom[0]->count(), bottom[0]->data(), top[0]->mutable_data());
+  }
+  void backward_input(const Tensors& top, const std::vector<bool>&,
+                      const Tensors& bottom) override {
+    if (top[0] == bottom[0]) return;
+    backend_.copy(sizeof(float) * top[0]->count(), top[0]->diff(), bottom[0]->mutable_diff());
+  }
+};
+
 TEST(Bf16Net, PrecisionsAreParsedAndRefusedWithTheirFix) {
+  static const bool registered = [] {
+    register_layer<InPlaceFp32Layer>("TestInPlaceFp32");
+    return true;
+  }();
+  ASSERT_TRUE(registered);
   EXPECT_EQ(parse_precision("bf16", "--precision"), BF16);
   EXPECT_EQ(parse_precision("Fp16", "--precision"), FP16);
   NativeBackend native;
@@ -106,9 +132,9 @@ TEST(Bf16Net, PrecisionsAreParsedAndRefusedWithTheirFix) {
     EXPECT_EQ(net.layer_storage(2), DType::kF32);
   }
   // A layer without a 16-bit path in place on a 16-bit layer's top makes that layer store
-  // it in FP32 (a Dropout in place on a Linear layer's output).
+  // it in FP32.
   NetParameter dropout = param;
-  dropout.mutable_layer(2)->set_type("Dropout");
+  dropout.mutable_layer(2)->set_type("TestInPlaceFp32");
   {
     Net net(dropout, TRAIN, native, 1);
     EXPECT_THAT(layer_names(net), ElementsAre("data", "ip1", "relu1", "ip2", "loss"));
@@ -119,12 +145,12 @@ TEST(Bf16Net, PrecisionsAreParsedAndRefusedWithTheirFix) {
   NetParameter converted = parse_net_parameter(R"(
 layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 4 } } }
 layer { name: "half" type: "Convert" precision: BF16 }
-layer { name: "drop" type: "Dropout" bottom: "half" top: "half" }
+layer { name: "drop" type: "TestInPlaceFp32" bottom: "half" top: "half" }
 )", "net");
   EXPECT_THAT(testing::error_of([&] { Net(converted, TRAIN, native, 1); }),
-              HasSubstr("layer 'drop' (Dropout) has no 16-bit path, so it cannot work in place "
-                        "on 'half', which layer 'half' stores in BF16: give its top a name of "
-                        "its own (a Convert then goes before it), or run layer 'half' in FP32"));
+              HasSubstr("layer 'drop' (TestInPlaceFp32) has no 16-bit path, so it cannot work in "
+                        "place on 'half', which layer 'half' stores in BF16: give its top a name "
+                        "of its own (a Convert then goes before it), or run layer 'half' in FP32"));
   // Not in place, it gets a Convert.
   dropout.mutable_layer(2)->set_top(0, "r");
   {

@@ -1,5 +1,5 @@
-// The CUDA backend's per-channel operations and axpby in 16 bits (backend.hpp) against the
-// Native backend's (tier 2), in BF16 and FP16, then the residual net of residual_net.hpp
+// The CUDA backend's per-channel operations, axpby, mul, Dropout and row copies in 16 bits
+// (backend.hpp) against the Native backend's (tier 2), in BF16 and FP16, then the residual net of residual_net.hpp
 // trained in 16 bits on both (tier 3). Inputs are random values already in the format. The
 // shapes take each kernel path: a block per channel, the elementwise path of short rows, and
 // channels split into parts (fewer channels than SMs, many elements each). What each
@@ -7,8 +7,9 @@
 //  - statistics and per-channel sums: FP32 results of double sums added in different orders
 //    and rounded once (then added to out's FP32 value), so an FP32 ulp of the sum's terms
 //    and an ulp of the result apart at most.
-//  - normalisation from the same statistics, axpby: the same FP32 operations on the same
-//    values, rounded once: the same values. The affine map: within an ulp (as before).
+//  - normalisation from the same statistics, axpby, mul and Dropout (the same masks from the
+//    same counter-based numbers): the same FP32 operations on the same values, rounded once:
+//    the same values. Row copies: the same bits. The affine map: within an ulp (as before).
 //  - the backward pass: its means of dy and dy y come from double sums (each up to an FP32
 //    ulp apart), so dx within an ulp, or, where dy - mean(dy) - y mean(dy y) cancels,
 //    inv_std times two FP32 ulps of those terms plus an ulp.
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "half_compare.hpp"
+#include "lamina/pass_counter_buffer.hpp"
 #include "lamina/precision.hpp"
 #include "lamina/solver.hpp"
 #include "residual_net.hpp"
@@ -180,6 +182,39 @@ TEST_P(CudaHalfNorm, AxpbyGivesNativesValues) {
     expect_same_values(f, y[0], y[1]);
     for (float v : values(f, y[0])) ASSERT_TRUE(std::isfinite(v));
   }
+}
+
+TEST_P(CudaHalfNorm, DropoutMulAndRowCopiesGiveNativesValues) {
+  const Half f = format();
+  const int64_t n = 3000;
+  const Bits x = random_bits(f, n, 51, -3, 3), dy = random_bits(f, n, 52);
+  Bits y[2], dx[2], copied[2];
+  std::vector<float> mask[2];
+  Backend* backends[2] = {cuda_.get(), &native_};
+  for (int b = 0; b < 2; ++b) {
+    Backend& be = *backends[b];
+    PassCounterBuffer counter(be);
+    Halves xs(be, x), ys(be, n, uint16_t{0x7fc0}), dys(be, dy), dxs(be, n, uint16_t{0x7fc0});
+    Floats m(be, n, -1.0f);
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass draws new masks
+      be.dropout_forward(f, n, 0.3f, 17, 5, counter.device(), xs.get(), m.get(), ys.get());
+    }
+    be.mul(f, n, dys.get(), m.get(), dxs.get());
+    y[b] = ys.host();
+    dx[b] = dxs.host();
+    mask[b] = m.host();
+    // Rows 10 wide of a (30, 100) array into a (30, 40) one at column 7.
+    Halves src(be, x), dst(be, 30 * 40, uint16_t{0x1234});
+    be.copy_rows(30, 10, src.get() + 3, 100, dst.get() + 7, 40);
+    copied[b] = dst.host();
+  }
+  EXPECT_EQ(mask[0], mask[1]);
+  expect_same_values(f, y[0], y[1]);
+  expect_same_values(f, dx[0], dx[1]);
+  EXPECT_EQ(copied[0], copied[1]);
+  EXPECT_EQ(copied[0][7], x[3]);
+  EXPECT_EQ(copied[0][29 * 40 + 16], x[29 * 100 + 12]);
+  EXPECT_EQ(copied[0][6], 0x1234);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaHalfNorm, ::testing::Values(Half::kBF16, Half::kFP16),

@@ -1,4 +1,5 @@
-// Scale, Eltwise, Split and BatchNorm (running statistics) as layers in 16 bits on the CPU,
+// Scale, Eltwise, Split, BatchNorm (running statistics), Dropout, Bias and Concat as layers
+// in 16 bits on the CPU,
 // and where the net converts around layers with and without a 16-bit path. Inputs are values
 // already in the format, so that each result can be computed here from the exact operands:
 // every 16-bit result is the FP32 operation's rounded once, at the points docs/precision.md
@@ -6,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -147,6 +149,55 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
   }
   EXPECT_EQ(net.blob("y").copy_data_to_host(), y);
   EXPECT_EQ(net.blob("x").copy_diff_to_host(), dx);
+}
+
+// x -> Dropout -> d, d -> Bias -> e, Concat(d, e) -> c: d = round(x m) with the FP32 net's
+// mask m (the same seed), e = round(d + b), c their copies. Backward from dc: the Split of d
+// adds its two gradients (Bias's dx = dc's e slice, Concat's d slice) and rounds once, then
+// dx = round(dd m); dbias is the FP32 net's.
+TEST_P(HalfLayers, DropoutBiasAndConcatRoundWhereTheyComputeAndCopyExactly) {
+  const Half f = format();
+  Net& net = build(R"(
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 2 dim: 3 dim: 4 } shape { dim: 2 } } }
+layer { name: "pre" type: "Scale" bottom: "data" top: "x" scale_param { filler { value: 1 } } }
+layer { name: "drop" type: "Dropout" bottom: "x" top: "d" dropout_param { dropout_ratio: 0.3 } }
+layer { name: "bias" type: "Bias" bottom: "d" top: "e"
+        bias_param { filler { type: "gaussian" std: 1 } } }
+layer { name: "concat" type: "Concat" bottom: "d" bottom: "e" top: "c" }
+layer { name: "ip" type: "Linear" precision: FP32 inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
+)");
+  ASSERT_THAT(layer_names(net), ElementsAre("data", "data_" + name(), "pre", "drop",
+                                            "d_drop_0_split", "bias", "concat", "c_FP32", "ip",
+                                            "loss"));
+  const std::vector<float> x = rounded(f, random_values(24, 7, -2, 2));
+  const std::vector<float> dc = rounded(f, random_values(48, 8));
+  for (Net* n : {&fp32(), &net}) {
+    const int concat = layer_index(*n, "concat"), drop = layer_index(*n, "drop");
+    forward_and_backward(*n, concat, x, dc);
+    for (int i = concat - 1; i >= drop; --i) n->backward_layer(i);
+  }
+  const std::vector<float> d32 = fp32().blob("d").copy_data_to_host();
+  const std::vector<float> b = net.layer(5).params()[0].tensor->copy_data_to_host();
+  const float keep = 1.0f / (1.0f - 0.3f);
+  std::vector<float> d(24), e(24), c(48), dx(24);
+  for (int i = 0; i < 24; ++i) {
+    const int row = i / 12, k = i % 12;  // (2, 12) rows of d and e, (2, 24) of c
+    d[i] = round_to(f, d32[i]);
+    e[i] = round_to(f, d[i] + b[k / 4]);
+    c[row * 24 + k] = d[i];
+    c[row * 24 + 12 + k] = e[i];
+    const float dd = round_to(f, dc[row * 24 + 12 + k] + dc[row * 24 + k]);
+    dx[i] = round_to(f, dd * (d32[i] == 0 ? 0.0f : keep));
+  }
+  EXPECT_NE(std::count(d32.begin(), d32.end(), 0.0f), 0) << "Dropout must drop some";
+  EXPECT_EQ(net.blob("d").copy_data_to_host(), d);
+  EXPECT_EQ(net.blob("e").copy_data_to_host(), e);
+  EXPECT_EQ(net.blob("c").copy_data_to_host(), c);
+  EXPECT_EQ(net.blob("x").copy_diff_to_host(), dx);
+  EXPECT_EQ(net.layer(5).params()[0].tensor->copy_diff_to_host(),
+            fp32().layer(layer_index(fp32(), "bias")).params()[0].tensor->copy_diff_to_host());
 }
 
 // Where the net converts: Eltwise MAX has no 16-bit path and gets FP32 copies of its 16-bit

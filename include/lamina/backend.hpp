@@ -244,6 +244,12 @@ class Backend {
   // overwrites a y holding NaN). Eltwise SUM and Split.
   virtual void axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
                      uint16_t* y);
+  // y = a * b with a and y in `format` and b FP32, rounded once (Dropout's backward).
+  virtual void mul(Half format, int64_t n, const uint16_t* a, const float* b, uint16_t* y);
+  // As dropout_forward with x and y in `format` (the mask FP32): y = x * mask rounded once.
+  virtual void dropout_forward(Half format, int64_t n, float ratio, uint64_t seed,
+                               uint64_t offset, PassCounter* counter, const uint16_t* x,
+                               float* mask, uint16_t* y);
 
   // ---- neural-network operations ----
   // Labels are class indices stored as floats (the integer part counts), in [0, cols)
@@ -423,6 +429,9 @@ class Backend {
   virtual void batch_norm_backward(Half format, int64_t outer, int64_t channels, int64_t inner,
                                    const uint16_t* y, const uint16_t* dy, const float* inv_std,
                                    uint16_t* dx);
+  // As copy_rows for 16-bit values of either format (their bits are copied).
+  virtual void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
+                         uint16_t* dst, int64_t dst_stride);
   // Whether this backend implements a group of optional operations (default: none).
   virtual bool supports(Operation) const { return false; }
 

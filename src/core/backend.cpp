@@ -106,6 +106,13 @@ void Backend::activation_backward(Half, Activation, int64_t, float, const uint16
 void Backend::axpby(Half, int64_t, float, const uint16_t*, float, uint16_t*) {
   unsupported_half("axpby");
 }
+void Backend::mul(Half, int64_t, const uint16_t*, const float*, uint16_t*) {
+  unsupported_half("mul");
+}
+void Backend::dropout_forward(Half, int64_t, float, uint64_t, uint64_t, PassCounter*,
+                              const uint16_t*, float*, uint16_t*) {
+  unsupported_half("dropout_forward");
+}
 
 void Backend::conv_forward(Half, const ConvGeometry&, const uint16_t*, const uint16_t*,
                            const float*, uint16_t*) {
@@ -150,6 +157,9 @@ void Backend::batch_norm_inference(Half, int64_t, int64_t, int64_t, float, const
 void Backend::batch_norm_backward(Half, int64_t, int64_t, int64_t, const uint16_t*,
                                   const uint16_t*, const float*, uint16_t*) {
   unsupported_half("batch_norm_backward");
+}
+void Backend::copy_rows(int64_t, int64_t, const uint16_t*, int64_t, uint16_t*, int64_t) {
+  unsupported_half("copy_rows");
 }
 
 std::unique_ptr<CapturedOps> Backend::capture(const std::function<void()>& ops) {

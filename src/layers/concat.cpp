@@ -4,7 +4,8 @@
 // Every bottom has the top's dims except along the axis. Viewed as rows: outer = the dims
 // before the axis, and bottom i contributes a_i * inner contiguous floats to each of the
 // top's outer rows, after those of the bottoms before it.
-// Gradients: each bottom's diff is its slice of dtop, written with =.
+// Gradients: each bottom's diff is its slice of dtop, written with =. In a 16-bit precision
+// the bottoms, the top and their gradients are 16-bit (values are copied, never rounded).
 #include <vector>
 
 #include "lamina/layer.hpp"
@@ -19,6 +20,7 @@ class ConcatLayer : public Layer {
   int max_bottoms() const override { return -1; }
   std::vector<std::string> parameter_messages() const override { return {"concat_param"}; }
   std::vector<Operation> operations() const override { return {Operation::kRowCopy}; }
+  HalfSupport half_support() const override { return HalfSupport::kHalf; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const Tensor& first = *bottom[0];
@@ -41,6 +43,7 @@ class ConcatLayer : public Layer {
     outer_ = first.count(0, axis_);
     inner_ = first.count(axis_ + 1, axes);
     top[0]->reshape(shape);
+    half_ = is_half(first.dtype());
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
@@ -48,7 +51,13 @@ class ConcatLayer : public Layer {
     int64_t offset = 0;
     for (const Tensor* b : bottom) {
       const int64_t cols = b->dim(axis_) * inner_;
-      backend_.copy_rows(outer_, cols, b->data(), cols, top[0]->mutable_data() + offset, top_cols);
+      if (half_) {
+        backend_.copy_rows(outer_, cols, b->half_data(), cols,
+                           top[0]->mutable_half_data() + offset, top_cols);
+      } else {
+        backend_.copy_rows(outer_, cols, b->data(), cols, top[0]->mutable_data() + offset,
+                           top_cols);
+      }
       offset += cols;
     }
   }
@@ -59,7 +68,10 @@ class ConcatLayer : public Layer {
     int64_t offset = 0;
     for (size_t i = 0; i < bottom.size(); ++i) {
       const int64_t cols = bottom[i]->dim(axis_) * inner_;
-      if (propagate[i]) {
+      if (propagate[i] && half_) {
+        backend_.copy_rows(outer_, cols, top[0]->half_diff() + offset, top_cols,
+                           bottom[i]->mutable_half_diff(), cols);
+      } else if (propagate[i]) {
         backend_.copy_rows(outer_, cols, top[0]->diff() + offset, top_cols,
                            bottom[i]->mutable_diff(), cols);
       }
@@ -69,6 +81,7 @@ class ConcatLayer : public Layer {
 
  private:
   int axis_ = 1;
+  bool half_ = false;              // values stored in 16 bits
   int64_t outer_ = 0, inner_ = 0;  // the dims before and after the axis
 };
 

@@ -90,6 +90,10 @@ class CudaBackend final : public Backend {
                            const uint16_t* y, const uint16_t* dy, uint16_t* dx) override;
   void axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
              uint16_t* y) override;
+  void mul(Half format, int64_t n, const uint16_t* a, const float* b, uint16_t* y) override;
+  void dropout_forward(Half format, int64_t n, float ratio, uint64_t seed, uint64_t offset,
+                       PassCounter* counter, const uint16_t* x, float* mask,
+                       uint16_t* y) override;
 
   void activation_forward(Activation f, int64_t n, float negative_slope, const float* x,
                           float* y) override;
@@ -183,6 +187,8 @@ class CudaBackend final : public Backend {
   void batch_norm_backward(Half format, int64_t outer, int64_t channels, int64_t inner,
                            const uint16_t* y, const uint16_t* dy, const float* inv_std,
                            uint16_t* dx) override;
+  void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
+                 uint16_t* dst, int64_t dst_stride) override;
   // Every optional operation: convolution runs through cuDNN, or im2col + cuBLAS without it.
   bool supports(Operation) const override { return true; }
   bool supports_math(Math math) const override;  // TF32 from compute capability 8.0

@@ -1,9 +1,11 @@
-// Dropout and a data layer's batch: elementwise kernels whose results are bit-identical to
-// the Native backend's (the same counter-based random numbers, the same float operations).
+// Dropout (its x and y in FP32 or in 16 bits) and a data layer's batch: elementwise kernels
+// whose results are bit-identical to the Native backend's (the same counter-based random
+// numbers, the same float operations).
 // Both read a PassCounter in every block and advance it when the last block is done
 // (finish_pass), so one launch per pass does it all.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/half_storage.cuh"
 #include "backends/cuda/kernel_util.cuh"
 #include "lamina/common.hpp"
 #include "lamina/counter_rng.hpp"
@@ -26,15 +28,18 @@ __device__ void finish_pass(PassCounter* counter) {
 }
 
 // x, mask, y (n); element i is kept when counter_uniform(seed, offset + passes n + i) >= ratio.
+// x and y stored as S says (half_storage.cuh), the mask FP32.
+template <class S>
 __global__ void dropout_forward_kernel(int64_t n, float ratio, float keep_scale, uint64_t seed,
-                                       uint64_t offset, PassCounter* counter, const float* x,
-                                       float* mask, float* y) {
+                                       uint64_t offset, PassCounter* counter,
+                                       const typename S::Stored* x, float* mask,
+                                       typename S::Stored* y) {
   const uint64_t first = offset + static_cast<uint64_t>(counter->passes) * uint64_t(n);
   LAMINA_GRID_STRIDE_LOOP(i, n) {
     const bool keep = counter_uniform(seed, first + static_cast<uint64_t>(i)) >= ratio;
     const float m = keep ? keep_scale : 0.0f;
     mask[i] = m;
-    y[i] = x[i] * m;
+    y[i] = S::store(__fmul_rn(S::load(x[i]), m));
   }
   finish_pass(counter);
 }
@@ -55,15 +60,30 @@ __global__ void gather_batch_kernel(BatchOrder order, GatherTop data, GatherTop 
   finish_pass(order.counter);
 }
 
+template <class S>
+void dropout_on(cudaStream_t s, int64_t n, float ratio, uint64_t seed, uint64_t offset,
+                PassCounter* counter, const typename S::Stored* x, float* mask,
+                typename S::Stored* y) {
+  const float keep_scale = 1.0f / (1.0f - ratio);  // on the host, exactly as Native does
+  dropout_forward_kernel<S><<<elementwise_grid(n), kBlock, 0, s>>>(n, ratio, keep_scale, seed,
+                                                                   offset, counter, x, mask, y);
+  LAMINA_CUDA_LAUNCHED(dropout_forward_kernel);
+}
+
 }  // namespace
 
 void CudaBackend::dropout_forward(int64_t n, float ratio, uint64_t seed, uint64_t offset,
                                   PassCounter* counter, const float* x, float* mask, float* y) {
+  dropout_on<Fp32Storage>(on_device(), n, ratio, seed, offset, counter, x, mask, y);
+}
+
+void CudaBackend::dropout_forward(Half format, int64_t n, float ratio, uint64_t seed,
+                                  uint64_t offset, PassCounter* counter, const uint16_t* x,
+                                  float* mask, uint16_t* y) {
   const cudaStream_t s = on_device();
-  const float keep_scale = 1.0f / (1.0f - ratio);  // on the host, exactly as Native does
-  dropout_forward_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, ratio, keep_scale, seed,
-                                                                offset, counter, x, mask, y);
-  LAMINA_CUDA_LAUNCHED(dropout_forward_kernel);
+  with_half_storage(format, [&](auto storage) {
+    dropout_on<decltype(storage)>(s, n, ratio, seed, offset, counter, x, mask, y);
+  });
 }
 
 void CudaBackend::gather_batch(const BatchOrder& order, const GatherTop& data,

@@ -1,5 +1,5 @@
-// copy_rows (Concat's forward and backward) and the element-wise max of Eltwise: one thread
-// per element.
+// copy_rows (Concat's forward and backward, of floats or 16-bit values) and the element-wise
+// max of Eltwise: one thread per element.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
@@ -7,9 +7,11 @@
 namespace lamina::cuda_detail {
 namespace {
 
-// Row r of dst (rows, cols) at dst + r dst_stride = row r of src at src + r src_stride.
-__global__ void copy_rows_kernel(int64_t rows, int64_t cols, const float* src,
-                                 int64_t src_stride, float* dst, int64_t dst_stride) {
+// Row r of dst (rows, cols) at dst + r dst_stride = row r of src at src + r src_stride;
+// T float, or uint16_t for 16-bit values (bits copied).
+template <class T>
+__global__ void copy_rows_kernel(int64_t rows, int64_t cols, const T* src, int64_t src_stride,
+                                 T* dst, int64_t dst_stride) {
   LAMINA_GRID_STRIDE_LOOP(i, rows * cols) {
     const int64_t r = i / cols, j = i - r * cols;
     dst[r * dst_stride + j] = src[r * src_stride + j];
@@ -41,15 +43,26 @@ __global__ void eltwise_max_backward_kernel(int64_t n, int index, const float* d
   LAMINA_GRID_STRIDE_LOOP(i, n) dx[i] = mask[i] == index ? dy[i] : 0.0f;
 }
 
+template <class T>
+void copy_rows_on(cudaStream_t s, int64_t rows, int64_t cols, const T* src, int64_t src_stride,
+                  T* dst, int64_t dst_stride) {
+  if (rows <= 0 || cols <= 0) return;
+  copy_rows_kernel<T><<<elementwise_grid(rows * cols), kBlock, 0, s>>>(rows, cols, src,
+                                                                       src_stride, dst,
+                                                                       dst_stride);
+  LAMINA_CUDA_LAUNCHED(copy_rows_kernel);
+}
+
 }  // namespace
 
 void CudaBackend::copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
                             float* dst, int64_t dst_stride) {
-  const cudaStream_t s = on_device();
-  if (rows <= 0 || cols <= 0) return;
-  copy_rows_kernel<<<elementwise_grid(rows * cols), kBlock, 0, s>>>(rows, cols, src, src_stride,
-                                                                    dst, dst_stride);
-  LAMINA_CUDA_LAUNCHED(copy_rows_kernel);
+  copy_rows_on(on_device(), rows, cols, src, src_stride, dst, dst_stride);
+}
+
+void CudaBackend::copy_rows(int64_t rows, int64_t cols, const uint16_t* src,
+                            int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+  copy_rows_on(on_device(), rows, cols, src, src_stride, dst, dst_stride);
 }
 
 void CudaBackend::eltwise_max_forward(int64_t n, int index, const float* x, float* y,

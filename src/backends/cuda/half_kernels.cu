@@ -1,4 +1,4 @@
-// 16-bit storage on CUDA (Backend::to_half, from_half, axpby in 16 bits, and add_half):
+// 16-bit storage on CUDA (Backend::to_half, from_half, axpby and mul in 16 bits, add_half):
 // elementwise kernels around half_storage.cuh's load and store, which give rounding.hpp's
 // bits (by the hardware's conversions but for NaNs), the Native backend's.
 #include "backends/cuda/cuda_backend.hpp"
@@ -29,6 +29,12 @@ __global__ void half_axpby_kernel(int64_t n, float alpha, const uint16_t* x, flo
     const float by = beta != 0 ? __fmul_rn(beta, S::load(y[i])) : 0.0f;
     y[i] = S::store(__fadd_rn(ax, by));
   }
+}
+
+// y = a * b, a and y stored as S says, b FP32.
+template <class S>
+__global__ void half_mul_kernel(int64_t n, const uint16_t* a, const float* b, uint16_t* y) {
+  LAMINA_GRID_STRIDE_LOOP(i, n) y[i] = S::store(__fmul_rn(S::load(a[i]), b[i]));
 }
 
 template <class S>
@@ -65,6 +71,15 @@ void CudaBackend::axpby(Half format, int64_t n, float alpha, const uint16_t* x, 
                                                                                 beta, y);
   });
   LAMINA_CUDA_LAUNCHED(half_axpby_kernel);
+}
+
+void CudaBackend::mul(Half format, int64_t n, const uint16_t* a, const float* b, uint16_t* y) {
+  const cudaStream_t s = on_device();
+  if (n <= 0) return;
+  with_half_storage(format, [&](auto storage) {
+    half_mul_kernel<decltype(storage)><<<elementwise_grid(n), kBlock, 0, s>>>(n, a, b, y);
+  });
+  LAMINA_CUDA_LAUNCHED(half_mul_kernel);
 }
 
 void CudaBackend::add_half(Half format, int64_t n, const uint16_t* x, float* y) {

@@ -161,13 +161,28 @@ void NativeBackend::channel_reduce(int64_t outer, int64_t channels, int64_t inne
 // Row copies, element-wise max
 // ---------------------------------------------------------------------------------------
 
-// src rows at src + r src_stride, dst rows at dst + r dst_stride, each cols floats.
-void NativeBackend::copy_rows(int64_t rows, int64_t cols, const float* src,
-                              int64_t src_stride, float* dst, int64_t dst_stride) {
+namespace {
+
+// src rows at src + r src_stride, dst rows at dst + r dst_stride, each cols values.
+template <class T>
+void copy_rows_of(int64_t rows, int64_t cols, const T* src, int64_t src_stride, T* dst,
+                  int64_t dst_stride) {
   if (cols == 0) return;
   parallel_rows(rows, cols, [&](int64_t r) {
-    std::memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * cols);
+    std::memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(T) * cols);
   });
+}
+
+}  // namespace
+
+void NativeBackend::copy_rows(int64_t rows, int64_t cols, const float* src,
+                              int64_t src_stride, float* dst, int64_t dst_stride) {
+  copy_rows_of(rows, cols, src, src_stride, dst, dst_stride);
+}
+
+void NativeBackend::copy_rows(int64_t rows, int64_t cols, const uint16_t* src,
+                              int64_t src_stride, uint16_t* dst, int64_t dst_stride) {
+  copy_rows_of(rows, cols, src, src_stride, dst, dst_stride);
 }
 
 // x, y, mask (n). Only a strictly greater x replaces y, so ties keep the earlier input.

@@ -90,4 +90,19 @@ void NativeBackend::axpby(Half format, int64_t n, float alpha, const uint16_t* x
   to_half(format, n, wide_y, y);
 }
 
+void NativeBackend::mul(Half format, int64_t n, const uint16_t* a, const float* b,
+                        uint16_t* y) {
+  float* wide = const_cast<float*>(widen(format, n, a, 0));
+  mul(n, wide, b, wide);
+  to_half(format, n, wide, y);
+}
+
+void NativeBackend::dropout_forward(Half format, int64_t n, float ratio, uint64_t seed,
+                                    uint64_t offset, PassCounter* counter, const uint16_t* x,
+                                    float* mask, uint16_t* y) {
+  float* wide = const_cast<float*>(widen(format, n, x, 0));
+  dropout_forward(n, ratio, seed, offset, counter, wide, mask, wide);
+  to_half(format, n, wide, y);
+}
+
 }  // namespace lamina
