@@ -180,6 +180,9 @@ class ForwardingBackend : public CoreForwardingBackend {
   void mul(Half f, int64_t n, const uint16_t* a, const float* b, uint16_t* y) override {
     inner_.mul(f, n, a, b, y);
   }
+  void mul(Half f, int64_t n, const uint16_t* a, const uint16_t* b, uint16_t* y) override {
+    inner_.mul(f, n, a, b, y);
+  }
   void dropout_forward(Half f, int64_t n, float ratio, uint64_t seed, uint64_t offset,
                        PassCounter* counter, const uint16_t* x, float* mask,
                        uint16_t* y) override {
@@ -299,6 +302,14 @@ class ForwardingBackend : public CoreForwardingBackend {
   void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
                  uint16_t* dst, int64_t dst_stride) override {
     inner_.copy_rows(rows, cols, src, src_stride, dst, dst_stride);
+  }
+  void eltwise_max_forward(Half f, int64_t n, int index, const uint16_t* x, uint16_t* y,
+                           int32_t* mask) override {
+    inner_.eltwise_max_forward(f, n, index, x, y, mask);
+  }
+  void eltwise_max_backward(Half f, int64_t n, int index, const uint16_t* dy,
+                            const int32_t* mask, uint16_t* dx) override {
+    inner_.eltwise_max_backward(f, n, index, dy, mask, dx);
   }
   bool supports(Operation op) const override { return inner_.supports(op); }
 };

@@ -184,12 +184,13 @@ TEST_P(CudaHalfNorm, AxpbyGivesNativesValues) {
   }
 }
 
-TEST_P(CudaHalfNorm, DropoutMulAndRowCopiesGiveNativesValues) {
+TEST_P(CudaHalfNorm, DropoutProductsMaximaAndRowCopiesGiveNativesValues) {
   const Half f = format();
   const int64_t n = 3000;
   const Bits x = random_bits(f, n, 51, -3, 3), dy = random_bits(f, n, 52);
-  Bits y[2], dx[2], copied[2];
+  Bits y[2], dx[2], copied[2], product[2], max[2], max_dx[2];
   std::vector<float> mask[2];
+  std::vector<int32_t> winners[2];
   Backend* backends[2] = {cuda_.get(), &native_};
   for (int b = 0; b < 2; ++b) {
     Backend& be = *backends[b];
@@ -207,7 +208,22 @@ TEST_P(CudaHalfNorm, DropoutMulAndRowCopiesGiveNativesValues) {
     Halves src(be, x), dst(be, 30 * 40, uint16_t{0x1234});
     be.copy_rows(30, 10, src.get() + 3, 100, dst.get() + 7, 40);
     copied[b] = dst.host();
+    // x dy; the maximum of x and y, then its gradient to y's input (index 1).
+    Halves p(be, n, uint16_t{0x7fc0}), mx(be, n, uint16_t{0x7fc0}), mdx(be, n, uint16_t{0x7fc0});
+    Ints won(be, n, -1);
+    be.mul(f, n, xs.get(), dys.get(), p.get());
+    be.eltwise_max_forward(f, n, 0, xs.get(), mx.get(), won.get());
+    be.eltwise_max_forward(f, n, 1, ys.get(), mx.get(), won.get());
+    be.eltwise_max_backward(f, n, 1, dys.get(), won.get(), mdx.get());
+    product[b] = p.host();
+    max[b] = mx.host();
+    max_dx[b] = mdx.host();
+    winners[b] = won.host();
   }
+  expect_same_values(f, product[0], product[1]);
+  EXPECT_EQ(max[0], max[1]);
+  EXPECT_EQ(max_dx[0], max_dx[1]);
+  EXPECT_EQ(winners[0], winners[1]);
   EXPECT_EQ(mask[0], mask[1]);
   expect_same_values(f, y[0], y[1]);
   expect_same_values(f, dx[0], dx[1]);

@@ -1,5 +1,5 @@
-// Scale, Eltwise, Split, BatchNorm (running statistics), Dropout, Bias and Concat as layers
-// in 16 bits on the CPU,
+// Scale, Eltwise (SUM, PROD, MAX), Split, BatchNorm (running statistics), Dropout, Bias and
+// Concat as layers in 16 bits on the CPU,
 // and where the net converts around layers with and without a 16-bit path. Inputs are values
 // already in the format, so that each result can be computed here from the exact operands:
 // every 16-bit result is the FP32 operation's rounded once, at the points docs/precision.md
@@ -200,23 +200,74 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
             fp32().layer(layer_index(fp32(), "bias")).params()[0].tensor->copy_diff_to_host());
 }
 
-// Where the net converts: Eltwise MAX has no 16-bit path and gets FP32 copies of its 16-bit
-// bottoms; a Split read only by FP32 layers (the loss and Accuracy) stores FP32 after one
+// PROD of a, b, c: y = round(round(a b) c), dx_a = round(round(dy b) c) and so on; MAX of a
+// and b: y and dx select, exactly, the first on ties.
+TEST_P(HalfLayers, EltwiseProdRoundsEachProductAndMaxSelectsExactly) {
+  const Half f = format();
+  const char* net_text = R"(
+layer { name: "data" type: "Input" top: "a" top: "b" top: "c" top: "label"
+        input_param { shape { dim: 2 dim: 6 } shape { dim: 2 dim: 6 } shape { dim: 2 dim: 6 }
+                      shape { dim: 2 } } }
+layer { name: "pa" type: "Scale" bottom: "a" top: "xa" }
+layer { name: "pb" type: "Scale" bottom: "b" top: "xb" }
+layer { name: "pc" type: "Scale" bottom: "c" top: "xc" }
+layer { name: "op" type: "Eltwise" bottom: "xa" bottom: "xb" bottom: "xc" top: "y"
+        eltwise_param { operation: OPERATION } }
+layer { name: "ip" type: "Linear" precision: FP32 inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
+)";
+  std::vector<float> in[3];
+  for (int k = 0; k < 3; ++k) in[k] = rounded(f, random_values(12, 10 + k, -2, 2));
+  in[1][0] = in[0][0];  // a tie: the first bottom wins
+  const std::vector<float> dy = rounded(f, random_values(12, 13));
+  for (const char* op : {"PROD", "MAX"}) {
+    SCOPED_TRACE(op);
+    std::string text = net_text;
+    text.replace(text.find("OPERATION"), 9, op);
+    Net& net = build(text);
+    for (int k = 0; k < 3; ++k) net.blob(std::string(1, char('a' + k))).copy_data_from_host(in[k]);
+    net.forward();
+    net.arena().zero_diff();
+    const int at = layer_index(net, "op");
+    net.layer_tops(at)[0]->copy_diff_from_host(dy);
+    net.backward_layer(at);
+    std::vector<float> y(12), dx[3];
+    for (auto& d : dx) d.assign(12, 0.0f);
+    for (int i = 0; i < 12; ++i) {
+      const float a = in[0][i], b = in[1][i], c = in[2][i];
+      if (std::string(op) == "PROD") {
+        y[i] = round_to(f, round_to(f, a * b) * c);
+        dx[0][i] = round_to(f, round_to(f, dy[i] * b) * c);
+        dx[1][i] = round_to(f, round_to(f, dy[i] * a) * c);
+        dx[2][i] = round_to(f, round_to(f, dy[i] * a) * b);
+      } else {
+        const int won = b > a ? (c > b ? 2 : 1) : (c > a ? 2 : 0);
+        y[i] = in[won][i];
+        dx[won][i] = dy[i];
+      }
+    }
+    EXPECT_EQ(net.blob("y").copy_data_to_host(), y);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(net.blob(std::string("x") + char('a' + k)).copy_diff_to_host(), dx[k]) << k;
+    }
+  }
+}
+
+// Where the net converts: a layer without a 16-bit path (EuclideanLoss) gets FP32 copies of
+// its 16-bit bottoms; a Split read only by FP32 layers (the loss and Accuracy) stores FP32 after one
 // Convert; a Split read by a 16-bit layer and an FP32 one stores 16 bits, and only the FP32
 // reader gets a Convert.
 TEST_P(HalfLayers, ConvertsGoWhereTheStorageChanges) {
   const std::string n = name();
-  Net& max = build(R"(
-layer { name: "data" type: "Input" top: "a" top: "b" top: "label"
-        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 dim: 4 } shape { dim: 2 } } }
+  Net& euclidean = build(R"(
+layer { name: "data" type: "Input" top: "a" top: "b"
+        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 dim: 4 } } }
 layer { name: "pa" type: "Scale" bottom: "a" top: "xa" }
 layer { name: "pb" type: "Scale" bottom: "b" top: "xb" }
-layer { name: "max" type: "Eltwise" bottom: "xa" bottom: "xb" top: "m"
-        eltwise_param { operation: MAX } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "m" bottom: "label" }
+layer { name: "loss" type: "EuclideanLoss" bottom: "xa" bottom: "xb" }
 )");
-  EXPECT_THAT(layer_names(max), ElementsAre("data", "a_" + n, "pa", "b_" + n, "pb", "xa_FP32",
-                                            "xb_FP32", "max", "loss"));
+  EXPECT_THAT(layer_names(euclidean), ElementsAre("data", "a_" + n, "pa", "b_" + n, "pb",
+                                                  "xa_FP32", "xb_FP32", "loss"));
   const char* scores = R"(
 layer { name: "data" type: "Input" top: "data" top: "label"
         input_param { shape { dim: 2 dim: 4 } shape { dim: 2 } } }

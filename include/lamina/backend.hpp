@@ -244,8 +244,10 @@ class Backend {
   // overwrites a y holding NaN). Eltwise SUM and Split.
   virtual void axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
                      uint16_t* y);
-  // y = a * b with a and y in `format` and b FP32, rounded once (Dropout's backward).
+  // y = a * b with a and y in `format` and b FP32, or all three in `format`, rounded once
+  // (Dropout's backward; Eltwise PROD).
   virtual void mul(Half format, int64_t n, const uint16_t* a, const float* b, uint16_t* y);
+  virtual void mul(Half format, int64_t n, const uint16_t* a, const uint16_t* b, uint16_t* y);
   // As dropout_forward with x and y in `format` (the mask FP32): y = x * mask rounded once.
   virtual void dropout_forward(Half format, int64_t n, float ratio, uint64_t seed,
                                uint64_t offset, PassCounter* counter, const uint16_t* x,
@@ -432,6 +434,12 @@ class Backend {
   // As copy_rows for 16-bit values of either format (their bits are copied).
   virtual void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
                          uint16_t* dst, int64_t dst_stride);
+  // As eltwise_max_forward and eltwise_max_backward with x, y, dy and dx in `format` (the
+  // values compared as numbers; results exact).
+  virtual void eltwise_max_forward(Half format, int64_t n, int index, const uint16_t* x,
+                                   uint16_t* y, int32_t* mask);
+  virtual void eltwise_max_backward(Half format, int64_t n, int index, const uint16_t* dy,
+                                    const int32_t* mask, uint16_t* dx);
   // Whether this backend implements a group of optional operations (default: none).
   virtual bool supports(Operation) const { return false; }
 

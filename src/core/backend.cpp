@@ -109,6 +109,9 @@ void Backend::axpby(Half, int64_t, float, const uint16_t*, float, uint16_t*) {
 void Backend::mul(Half, int64_t, const uint16_t*, const float*, uint16_t*) {
   unsupported_half("mul");
 }
+void Backend::mul(Half, int64_t, const uint16_t*, const uint16_t*, uint16_t*) {
+  unsupported_half("mul");
+}
 void Backend::dropout_forward(Half, int64_t, float, uint64_t, uint64_t, PassCounter*,
                               const uint16_t*, float*, uint16_t*) {
   unsupported_half("dropout_forward");
@@ -160,6 +163,13 @@ void Backend::batch_norm_backward(Half, int64_t, int64_t, int64_t, const uint16_
 }
 void Backend::copy_rows(int64_t, int64_t, const uint16_t*, int64_t, uint16_t*, int64_t) {
   unsupported_half("copy_rows");
+}
+void Backend::eltwise_max_forward(Half, int64_t, int, const uint16_t*, uint16_t*, int32_t*) {
+  unsupported_half("eltwise_max_forward");
+}
+void Backend::eltwise_max_backward(Half, int64_t, int, const uint16_t*, const int32_t*,
+                                   uint16_t*) {
+  unsupported_half("eltwise_max_backward");
 }
 
 std::unique_ptr<CapturedOps> Backend::capture(const std::function<void()>& ops) {

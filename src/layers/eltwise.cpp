@@ -8,10 +8,11 @@
 //   MAX:  y = max_i x_i; an int32 mask records which bottom won (the first on ties)
 //         dx_i = dy where bottom i won, else 0
 // Bottom diffs are written with =. Not in place: PROD's backward needs every input.
-// SUM also runs in 16 bits (bottoms, top and gradients in the format): y = round(coeff_0 x_0),
-// then each term is added and the sum rounded (y = round(y + coeff_i x_i)), and dx_i =
-// round(coeff_i dy).
-// PROD and MAX have no 16-bit path yet and run in FP32.
+// In a 16-bit precision the bottoms, the top and their gradients are 16-bit, and each step
+// is rounded as it is taken: SUM's y = round(coeff_0 x_0), then y = round(y + coeff_i x_i),
+// and dx_i = round(coeff_i dy); PROD's every product; MAX selects (exact). The operations are
+// written once over the storage, T = float or uint16_t (the overloads below).
+#include <type_traits>
 #include <vector>
 
 #include "lamina/layer.hpp"
@@ -26,10 +27,7 @@ class EltwiseLayer : public Layer {
   int min_bottoms() const override { return 2; }
   int max_bottoms() const override { return -1; }
   std::vector<std::string> parameter_messages() const override { return {"eltwise_param"}; }
-  HalfSupport half_support() const override {
-    const bool sum = param_.eltwise_param().operation() == EltwiseParameter::SUM;
-    return sum ? HalfSupport::kHalf : HalfSupport::kNone;
-  }
+  HalfSupport half_support() const override { return HalfSupport::kHalf; }
   std::vector<Operation> operations() const override {
     const bool max = param_.eltwise_param().operation() == EltwiseParameter::MAX;
     return max ? std::vector<Operation>{Operation::kEltwiseMax} : std::vector<Operation>{};
@@ -54,82 +52,127 @@ class EltwiseLayer : public Layer {
     for (int i = 0; i < p.coeff_size(); ++i) coeff_[i] = p.coeff(i);
     top[0]->reshape(first.shape());
     storage_ = first.dtype();
-    LAMINA_REQUIRE(op_ == EltwiseParameter::SUM || !is_half(storage_), where(),
-                   EltwiseParameter::EltwiseOp_Name(op_), " has no 16-bit path, but bottom '",
-                   first.name(), "' is stored in ", dtype_name(storage_), ": give it FP32 "
-                   "bottoms");
     if (op_ == EltwiseParameter::MAX) mask_ = Buffer(backend_, sizeof(int32_t) * first.count());
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
-    const int64_t n = top[0]->count();
-    if (is_half(storage_)) {  // SUM
-      const Half f = half_format(storage_);
-      uint16_t* y = top[0]->mutable_half_data();
-      for (size_t i = 0; i < bottom.size(); ++i)
-        backend_.axpby(f, n, coeff_[i], bottom[i]->half_data(), i == 0 ? 0.0f : 1.0f, y);
-      return;
-    }
-    float* y = top[0]->mutable_data();
-    switch (op_) {
-      case EltwiseParameter::SUM:
-        scaled_copy(n, coeff_[0], bottom[0]->data(), y);
-        for (size_t i = 1; i < bottom.size(); ++i) {
-          backend_.axpy(n, coeff_[i], bottom[i]->data(), y);
-        }
-        break;
-      case EltwiseParameter::PROD:
-        backend_.mul(n, bottom[0]->data(), bottom[1]->data(), y);
-        for (size_t i = 2; i < bottom.size(); ++i) backend_.mul(n, y, bottom[i]->data(), y);
-        break;
-      case EltwiseParameter::MAX:
-        for (size_t i = 0; i < bottom.size(); ++i)
-          backend_.eltwise_max_forward(n, int(i), bottom[i]->data(), y, mask_.as<int32_t>());
-        break;
-    }
+    if (is_half(storage_)) return forward_as<uint16_t>(bottom, top);
+    forward_as<float>(bottom, top);
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
+    if (is_half(storage_)) return backward_as<uint16_t>(top, propagate, bottom);
+    backward_as<float>(top, propagate, bottom);
+  }
+
+ private:
+  template <class T>
+  void forward_as(const Tensors& bottom, const Tensors& top) {
     const int64_t n = top[0]->count();
-    if (is_half(storage_)) {  // SUM
-      for (size_t i = 0; i < bottom.size(); ++i) {
-        if (propagate[i]) {
-          backend_.axpby(half_format(storage_), n, coeff_[i], top[0]->half_diff(), 0.0f,
-                         bottom[i]->mutable_half_diff());
-        }
-      }
-      return;
+    T* y = mutable_values<T>(*top[0]);
+    switch (op_) {
+      case EltwiseParameter::SUM:
+        for (size_t i = 0; i < bottom.size(); ++i)
+          add_scaled(n, coeff_[i], values<T>(*bottom[i]), i == 0, y);
+        break;
+      case EltwiseParameter::PROD:
+        mul(n, values<T>(*bottom[0]), values<T>(*bottom[1]), y);
+        for (size_t i = 2; i < bottom.size(); ++i) mul(n, y, values<T>(*bottom[i]), y);
+        break;
+      case EltwiseParameter::MAX:
+        for (size_t i = 0; i < bottom.size(); ++i)
+          max_forward(n, int(i), values<T>(*bottom[i]), y);
+        break;
     }
-    const float* dy = top[0]->diff();
+  }
+
+  template <class T>
+  void backward_as(const Tensors& top, const std::vector<bool>& propagate,
+                   const Tensors& bottom) {
+    const int64_t n = top[0]->count();
+    const T* dy = gradients<T>(*top[0]);
     for (size_t i = 0; i < bottom.size(); ++i) {
       if (!propagate[i]) continue;
-      float* dx = bottom[i]->mutable_diff();
+      T* dx = mutable_gradients<T>(*bottom[i]);
       switch (op_) {
         case EltwiseParameter::SUM:
-          scaled_copy(n, coeff_[i], dy, dx);
+          add_scaled(n, coeff_[i], dy, true, dx);
           break;
         case EltwiseParameter::PROD: {
           bool first = true;  // dx = dy * x_j for the first j != i, then *= x_j for the rest
           for (size_t j = 0; j < bottom.size(); ++j) {
             if (j == i) continue;
-            backend_.mul(n, first ? dy : dx, bottom[j]->data(), dx);
+            mul(n, first ? dy : dx, values<T>(*bottom[j]), dx);
             first = false;
           }
           break;
         }
         case EltwiseParameter::MAX:
-          backend_.eltwise_max_backward(n, int(i), dy, mask_.as<int32_t>(), dx);
+          max_backward(n, int(i), dy, dx);
           break;
       }
     }
   }
 
- private:
-  // y = alpha x, without reading y (which may hold anything).
-  void scaled_copy(int64_t n, float alpha, const float* x, float* y) {
+  // A tensor's values or gradients as T (float: FP32 storage; uint16_t: 16 bits).
+  template <class T>
+  static const T* values(const Tensor& t) {
+    if constexpr (std::is_same_v<T, float>) {
+      return t.data();
+    } else {
+      return t.half_data();
+    }
+  }
+  template <class T>
+  static T* mutable_values(Tensor& t) {
+    if constexpr (std::is_same_v<T, float>) {
+      return t.mutable_data();
+    } else {
+      return t.mutable_half_data();
+    }
+  }
+  template <class T>
+  static const T* gradients(const Tensor& t) {
+    if constexpr (std::is_same_v<T, float>) {
+      return t.diff();
+    } else {
+      return t.half_diff();
+    }
+  }
+  template <class T>
+  static T* mutable_gradients(Tensor& t) {
+    if constexpr (std::is_same_v<T, float>) {
+      return t.mutable_diff();
+    } else {
+      return t.mutable_half_diff();
+    }
+  }
+
+  // y = alpha x (first: without reading y, which may hold anything), else y += alpha x.
+  void add_scaled(int64_t n, float alpha, const float* x, bool first, float* y) {
+    if (!first) return backend_.axpy(n, alpha, x, y);
     backend_.copy(sizeof(float) * n, x, y);
     if (alpha != 1.0f) backend_.scal(n, alpha, y);
+  }
+  void add_scaled(int64_t n, float alpha, const uint16_t* x, bool first, uint16_t* y) {
+    backend_.axpby(half_format(storage_), n, alpha, x, first ? 0.0f : 1.0f, y);
+  }
+  void mul(int64_t n, const float* a, const float* b, float* y) { backend_.mul(n, a, b, y); }
+  void mul(int64_t n, const uint16_t* a, const uint16_t* b, uint16_t* y) {
+    backend_.mul(half_format(storage_), n, a, b, y);
+  }
+  void max_forward(int64_t n, int index, const float* x, float* y) {
+    backend_.eltwise_max_forward(n, index, x, y, mask_.as<int32_t>());
+  }
+  void max_forward(int64_t n, int index, const uint16_t* x, uint16_t* y) {
+    backend_.eltwise_max_forward(half_format(storage_), n, index, x, y, mask_.as<int32_t>());
+  }
+  void max_backward(int64_t n, int index, const float* dy, float* dx) {
+    backend_.eltwise_max_backward(n, index, dy, mask_.as<int32_t>(), dx);
+  }
+  void max_backward(int64_t n, int index, const uint16_t* dy, uint16_t* dx) {
+    backend_.eltwise_max_backward(half_format(storage_), n, index, dy, mask_.as<int32_t>(), dx);
   }
 
   EltwiseParameter::EltwiseOp op_ = EltwiseParameter::SUM;

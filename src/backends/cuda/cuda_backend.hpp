@@ -91,6 +91,7 @@ class CudaBackend final : public Backend {
   void axpby(Half format, int64_t n, float alpha, const uint16_t* x, float beta,
              uint16_t* y) override;
   void mul(Half format, int64_t n, const uint16_t* a, const float* b, uint16_t* y) override;
+  void mul(Half format, int64_t n, const uint16_t* a, const uint16_t* b, uint16_t* y) override;
   void dropout_forward(Half format, int64_t n, float ratio, uint64_t seed, uint64_t offset,
                        PassCounter* counter, const uint16_t* x, float* mask,
                        uint16_t* y) override;
@@ -189,6 +190,10 @@ class CudaBackend final : public Backend {
                            uint16_t* dx) override;
   void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
                  uint16_t* dst, int64_t dst_stride) override;
+  void eltwise_max_forward(Half format, int64_t n, int index, const uint16_t* x, uint16_t* y,
+                           int32_t* mask) override;
+  void eltwise_max_backward(Half format, int64_t n, int index, const uint16_t* dy,
+                            const int32_t* mask, uint16_t* dx) override;
   // Every optional operation: convolution runs through cuDNN, or im2col + cuBLAS without it.
   bool supports(Operation) const override { return true; }
   bool supports_math(Math math) const override;  // TF32 from compute capability 8.0

@@ -1,7 +1,8 @@
-// copy_rows (Concat's forward and backward, of floats or 16-bit values) and the element-wise
-// max of Eltwise: one thread per element.
+// copy_rows (Concat's forward and backward) and the element-wise max of Eltwise, of floats
+// or 16-bit values: one thread per element.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/half_storage.cuh"
 #include "backends/cuda/kernel_util.cuh"
 
 namespace lamina::cuda_detail {
@@ -18,10 +19,12 @@ __global__ void copy_rows_kernel(int64_t rows, int64_t cols, const T* src, int64
   }
 }
 
-// x, y, mask (n). Input index 0 starts y and mask; a later one replaces y where x > y, so
-// ties keep the earlier input. mask may be null (no backward pass).
-__global__ void eltwise_max_forward_kernel(int64_t n, int index, const float* x, float* y,
-                                           int32_t* mask) {
+// x, y, mask (n), x and y stored as S says (half_storage.cuh). Input index 0 starts y and
+// mask; a later one replaces y where x > y (compared as numbers), so ties keep the earlier
+// input. mask may be null (no backward pass). Values are copied, never rounded.
+template <class S>
+__global__ void eltwise_max_forward_kernel(int64_t n, int index, const typename S::Stored* x,
+                                           typename S::Stored* y, int32_t* mask) {
   if (index == 0) {
     LAMINA_GRID_STRIDE_LOOP(i, n) {
       y[i] = x[i];
@@ -29,18 +32,34 @@ __global__ void eltwise_max_forward_kernel(int64_t n, int index, const float* x,
     }
   } else {
     LAMINA_GRID_STRIDE_LOOP(i, n) {
-      const float v = x[i];
-      if (v > y[i]) {
-        y[i] = v;
+      if (S::load(x[i]) > S::load(y[i])) {
+        y[i] = x[i];
         if (mask != nullptr) mask[i] = index;
       }
     }
   }
 }
 
-__global__ void eltwise_max_backward_kernel(int64_t n, int index, const float* dy,
-                                            const int32_t* mask, float* dx) {
-  LAMINA_GRID_STRIDE_LOOP(i, n) dx[i] = mask[i] == index ? dy[i] : 0.0f;
+template <class S>
+__global__ void eltwise_max_backward_kernel(int64_t n, int index, const typename S::Stored* dy,
+                                            const int32_t* mask, typename S::Stored* dx) {
+  LAMINA_GRID_STRIDE_LOOP(i, n) dx[i] = mask[i] == index ? dy[i] : S::store(0.0f);
+}
+
+template <class S>
+void max_forward_on(cudaStream_t s, int64_t n, int index, const typename S::Stored* x,
+                    typename S::Stored* y, int32_t* mask) {
+  if (n <= 0) return;
+  eltwise_max_forward_kernel<S><<<elementwise_grid(n), kBlock, 0, s>>>(n, index, x, y, mask);
+  LAMINA_CUDA_LAUNCHED(eltwise_max_forward_kernel);
+}
+
+template <class S>
+void max_backward_on(cudaStream_t s, int64_t n, int index, const typename S::Stored* dy,
+                     const int32_t* mask, typename S::Stored* dx) {
+  if (n <= 0) return;
+  eltwise_max_backward_kernel<S><<<elementwise_grid(n), kBlock, 0, s>>>(n, index, dy, mask, dx);
+  LAMINA_CUDA_LAUNCHED(eltwise_max_backward_kernel);
 }
 
 template <class T>
@@ -67,18 +86,28 @@ void CudaBackend::copy_rows(int64_t rows, int64_t cols, const uint16_t* src,
 
 void CudaBackend::eltwise_max_forward(int64_t n, int index, const float* x, float* y,
                                       int32_t* mask) {
-  const cudaStream_t s = on_device();
-  if (n <= 0) return;
-  eltwise_max_forward_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, index, x, y, mask);
-  LAMINA_CUDA_LAUNCHED(eltwise_max_forward_kernel);
+  max_forward_on<Fp32Storage>(on_device(), n, index, x, y, mask);
 }
 
 void CudaBackend::eltwise_max_backward(int64_t n, int index, const float* dy,
                                        const int32_t* mask, float* dx) {
+  max_backward_on<Fp32Storage>(on_device(), n, index, dy, mask, dx);
+}
+
+void CudaBackend::eltwise_max_forward(Half format, int64_t n, int index, const uint16_t* x,
+                                      uint16_t* y, int32_t* mask) {
   const cudaStream_t s = on_device();
-  if (n <= 0) return;
-  eltwise_max_backward_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, index, dy, mask, dx);
-  LAMINA_CUDA_LAUNCHED(eltwise_max_backward_kernel);
+  with_half_storage(format, [&](auto storage) {
+    max_forward_on<decltype(storage)>(s, n, index, x, y, mask);
+  });
+}
+
+void CudaBackend::eltwise_max_backward(Half format, int64_t n, int index, const uint16_t* dy,
+                                       const int32_t* mask, uint16_t* dx) {
+  const cudaStream_t s = on_device();
+  with_half_storage(format, [&](auto storage) {
+    max_backward_on<decltype(storage)>(s, n, index, dy, mask, dx);
+  });
 }
 
 }  // namespace lamina::cuda_detail

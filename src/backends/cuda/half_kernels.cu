@@ -37,6 +37,12 @@ __global__ void half_mul_kernel(int64_t n, const uint16_t* a, const float* b, ui
   LAMINA_GRID_STRIDE_LOOP(i, n) y[i] = S::store(__fmul_rn(S::load(a[i]), b[i]));
 }
 
+// y = a * b, all three stored as S says.
+template <class S>
+__global__ void half_mul2_kernel(int64_t n, const uint16_t* a, const uint16_t* b, uint16_t* y) {
+  LAMINA_GRID_STRIDE_LOOP(i, n) y[i] = S::store(__fmul_rn(S::load(a[i]), S::load(b[i])));
+}
+
 template <class S>
 __global__ void from_half_kernel(int64_t n, const uint16_t* x, float* y) {
   LAMINA_GRID_STRIDE_LOOP(i, n) y[i] = S::load(x[i]);
@@ -80,6 +86,16 @@ void CudaBackend::mul(Half format, int64_t n, const uint16_t* a, const float* b,
     half_mul_kernel<decltype(storage)><<<elementwise_grid(n), kBlock, 0, s>>>(n, a, b, y);
   });
   LAMINA_CUDA_LAUNCHED(half_mul_kernel);
+}
+
+void CudaBackend::mul(Half format, int64_t n, const uint16_t* a, const uint16_t* b,
+                      uint16_t* y) {
+  const cudaStream_t s = on_device();
+  if (n <= 0) return;
+  with_half_storage(format, [&](auto storage) {
+    half_mul2_kernel<decltype(storage)><<<elementwise_grid(n), kBlock, 0, s>>>(n, a, b, y);
+  });
+  LAMINA_CUDA_LAUNCHED(half_mul2_kernel);
 }
 
 void CudaBackend::add_half(Half format, int64_t n, const uint16_t* x, float* y) {

@@ -215,4 +215,20 @@ void NativeBackend::eltwise_max_backward(int64_t n, int index, const float* dy,
   });
 }
 
+// As the FP32 ones on the widened values; maxima and routed gradients are values of the
+// format, so the conversions back are exact.
+void NativeBackend::eltwise_max_forward(Half format, int64_t n, int index, const uint16_t* x,
+                                        uint16_t* y, int32_t* mask) {
+  float* wide_y = index == 0 ? staging(1, n) : const_cast<float*>(widen(format, n, y, 1));
+  eltwise_max_forward(n, index, widen(format, n, x, 0), wide_y, mask);
+  to_half(format, n, wide_y, y);
+}
+
+void NativeBackend::eltwise_max_backward(Half format, int64_t n, int index, const uint16_t* dy,
+                                         const int32_t* mask, uint16_t* dx) {
+  float* wide = staging(2, n);
+  eltwise_max_backward(n, index, widen(format, n, dy, 0), mask, wide);
+  to_half(format, n, wide, dx);
+}
+
 }  // namespace lamina

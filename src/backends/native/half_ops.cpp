@@ -105,4 +105,11 @@ void NativeBackend::dropout_forward(Half format, int64_t n, float ratio, uint64_
   to_half(format, n, wide, y);
 }
 
+void NativeBackend::mul(Half format, int64_t n, const uint16_t* a, const uint16_t* b,
+                        uint16_t* y) {
+  float* wide = staging(2, n);
+  mul(n, widen(format, n, a, 0), widen(format, n, b, 1), wide);
+  to_half(format, n, wide, y);
+}
+
 }  // namespace lamina
