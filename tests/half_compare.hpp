@@ -44,6 +44,12 @@ inline Bits to_bits(Half f, const std::vector<float>& x) {
   return h;
 }
 
+// x, and each of v, rounded to the format (as its exact value).
+inline float round_to(Half f, float x) { return value_of(f, bits_of(f, x)); }
+inline std::vector<float> rounded(Half f, const std::vector<float>& v) {
+  return values(f, to_bits(f, v));
+}
+
 // n random values in [lo, hi), rounded to the format.
 inline Bits random_bits(Half f, int64_t n, uint64_t seed, float lo = -1, float hi = 1) {
   return to_bits(f, random_values(n, seed, lo, hi));

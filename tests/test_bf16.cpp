@@ -54,13 +54,11 @@ TEST(Bf16Storage, TensorsRoundOnTheWayInAndReadExactly) {
   EXPECT_THAT(t.copy_data_to_host(), ElementsAre(1.0f, 3.140625f));
 }
 
-
 NetParameter mlp(Precision p) {
   NetParameter param = parse_net_parameter(testing::kSmallMlp, "net");
   set_default_precision(param, p);
   return param;
 }
-
 
 TEST(Bf16Net, LayersStoreInBf16AndConvertAtTheEdges) {
   NativeBackend native;

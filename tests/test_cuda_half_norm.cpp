@@ -1,15 +1,16 @@
-// The CUDA backend's per-channel operations, axpby, mul, Dropout and row copies in 16 bits
-// (backend.hpp) against the Native backend's (tier 2), in BF16 and FP16, then the residual net of residual_net.hpp
-// trained in 16 bits on both (tier 3). Inputs are random values already in the format. The
-// shapes take each kernel path: a block per channel, the elementwise path of short rows, and
-// channels split into parts (fewer channels than SMs, many elements each). What each
-// comparison allows:
+// The CUDA backend's per-channel operations, axpby, mul, Dropout, Eltwise's maxima and row
+// copies in 16 bits (backend.hpp) against the Native backend's (tier 2), in BF16 and FP16,
+// then the residual net of residual_net.hpp trained in 16 bits on both (tier 3). Inputs are
+// random values already in the format. The shapes take each kernel path: a block per
+// channel, the elementwise path of short rows, and channels split into parts (fewer channels
+// than SMs, many elements each). What each comparison allows:
 //  - statistics and per-channel sums: FP32 results of double sums added in different orders
 //    and rounded once (then added to out's FP32 value), so an FP32 ulp of the sum's terms
 //    and an ulp of the result apart at most.
 //  - normalisation from the same statistics, axpby, mul and Dropout (the same masks from the
 //    same counter-based numbers): the same FP32 operations on the same values, rounded once:
-//    the same values. Row copies: the same bits. The affine map: within an ulp (as before).
+//    the same values, and so is the affine map (a product and a sum, each rounded in FP32).
+//    Row copies and maxima: the same bits (NaNs included).
 //  - the backward pass: its means of dy and dy y come from double sums (each up to an FP32
 //    ulp apart), so dx within an ulp, or, where dy - mean(dy) - y mean(dy y) cancels,
 //    inv_std times two FP32 ulps of those terms plus an ulp.
@@ -149,7 +150,7 @@ TEST_P(CudaHalfNorm, ChannelAffineInPlaceAndChannelSums) {
       products[b] = prod.host();
     }
     // One multiplication and one addition, each rounded in FP32, then one 16-bit rounding.
-    expect_half_close(f, y[0], y[1]);
+    expect_same_values(f, y[0], y[1]);
     std::vector<double> bound(channels), product_bound(channels);
     const std::vector<float> v = values(f, x), w = values(f, other);
     for (int64_t i = 0; i < count; ++i) {
@@ -170,7 +171,8 @@ TEST_P(CudaHalfNorm, AxpbyGivesNativesValues) {
   const int64_t n = 5000;
   const Bits x = random_bits(f, n, 41, -3, 3), y0 = random_bits(f, n, 42);
   const Bits nans(n, bits_of(f, std::numeric_limits<float>::quiet_NaN()));
-  for (const auto& [alpha, beta] : {std::pair{1.5f, -0.75f}, {1.0f, 1.0f}, {0.3f, 0.0f}}) {
+  for (const auto& [alpha, beta] :
+       {std::pair{1.5f, -0.75f}, {1.0f, 1.0f}, {0.3f, 0.0f}, {0.0f, 2.0f}}) {
     SCOPED_TRACE(std::to_string(alpha) + " x + " + std::to_string(beta) + " y");
     Bits y[2];
     Backend* backends[2] = {cuda_.get(), &native_};
@@ -188,6 +190,8 @@ TEST_P(CudaHalfNorm, DropoutProductsMaximaAndRowCopiesGiveNativesValues) {
   const Half f = format();
   const int64_t n = 3000;
   const Bits x = random_bits(f, n, 51, -3, 3), dy = random_bits(f, n, 52);
+  Bits with_nan = x;  // for the maxima: a NaN with a payload, which a copy keeps
+  with_nan[5] = bits_of(f, std::numeric_limits<float>::quiet_NaN()) | 1;
   Bits y[2], dx[2], copied[2], product[2], max[2], max_dx[2];
   std::vector<float> mask[2];
   std::vector<int32_t> winners[2];
@@ -212,7 +216,8 @@ TEST_P(CudaHalfNorm, DropoutProductsMaximaAndRowCopiesGiveNativesValues) {
     Halves p(be, n, uint16_t{0x7fc0}), mx(be, n, uint16_t{0x7fc0}), mdx(be, n, uint16_t{0x7fc0});
     Ints won(be, n, -1);
     be.mul(f, n, xs.get(), dys.get(), p.get());
-    be.eltwise_max_forward(f, n, 0, xs.get(), mx.get(), won.get());
+    Halves xn(be, with_nan);
+    be.eltwise_max_forward(f, n, 0, xn.get(), mx.get(), won.get());
     be.eltwise_max_forward(f, n, 1, ys.get(), mx.get(), won.get());
     be.eltwise_max_backward(f, n, 1, dys.get(), won.get(), mdx.get());
     product[b] = p.host();
@@ -222,6 +227,7 @@ TEST_P(CudaHalfNorm, DropoutProductsMaximaAndRowCopiesGiveNativesValues) {
   }
   expect_same_values(f, product[0], product[1]);
   EXPECT_EQ(max[0], max[1]);
+  EXPECT_EQ(max[0][5], with_nan[5]) << "a NaN that no later input beats is copied";
   EXPECT_EQ(max_dx[0], max_dx[1]);
   EXPECT_EQ(winners[0], winners[1]);
   EXPECT_EQ(mask[0], mask[1]);

@@ -36,7 +36,6 @@ std::vector<float> rounded(std::vector<float> v, Half f) {
   return v;
 }
 
-
 // conv1 (4 -> 5 channels, 3x3, pad 1, stride 2, with bias) between two FP32 layers.
 const char* kConv = R"(
 layer { name: "data" type: "Input" top: "data" top: "label"

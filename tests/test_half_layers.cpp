@@ -24,9 +24,6 @@ namespace {
 
 using ::testing::ElementsAre;
 
-float round_to(Half f, float x) { return value_of(f, bits_of(f, x)); }
-std::vector<float> rounded(Half f, const std::vector<float>& v) { return values(f, to_bits(f, v)); }
-
 class HalfLayers : public ::testing::TestWithParam<Half> {
  protected:
   Half format() const { return GetParam(); }
@@ -253,10 +250,70 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
   }
 }
 
+// Bias in place: y = round(x + b) over x, whose gradient (shared with y's) is left as it
+// came; Dropout in TEST copies its 16-bit bottom.
+TEST_P(HalfLayers, BiasInPlaceRoundsOnceAndDropoutInTestCopies) {
+  const Half f = format();
+  const char* text = R"(
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 2 dim: 3 dim: 2 } shape { dim: 2 } } }
+layer { name: "pre" type: "Scale" bottom: "data" top: "x" scale_param { filler { value: 1 } } }
+layer { name: "bias" type: "Bias" bottom: "x" top: "x"
+        bias_param { filler { type: "gaussian" std: 1 } } }
+layer { name: "drop" type: "Dropout" bottom: "x" top: "d" }
+layer { name: "ip" type: "Linear" precision: FP32 inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
+)";
+  const std::vector<float> data = rounded(f, random_values(12, 14, -2, 2));
+  const std::vector<float> dy = rounded(f, random_values(12, 15));
+  Net& net = build(text);
+  const int bias = layer_index(net, "bias");
+  EXPECT_EQ(net.layer_storage(bias), dtype_of(f));
+  forward_and_backward(net, bias, data, dy);
+  const std::vector<float> b = net.layer(bias).params()[0].tensor->copy_data_to_host();
+  std::vector<float> y(12);
+  for (int i = 0; i < 12; ++i) y[i] = round_to(f, data[i] + b[(i / 2) % 3]);
+  EXPECT_EQ(net.blob("x").copy_data_to_host(), y);
+  EXPECT_EQ(net.blob("x").copy_diff_to_host(), dy);
+
+  Net& test = build(text, TEST);
+  test.blob("data").copy_data_from_host(data);
+  test.forward();
+  EXPECT_EQ(test.layer_storage(layer_index(test, "drop")), dtype_of(f));
+  EXPECT_EQ(test.blob("d").copy_data_to_host(), test.blob("x").copy_data_to_host());
+}
+
+// Layers chained in a Sequential container (no bottom or top of their own) run in 16 bits as
+// written-out ones do.
+TEST_P(HalfLayers, ChainedLayersStoreIn16Bits) {
+  Net& net = build(R"(
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 2 dim: 3 dim: 4 dim: 4 } shape { dim: 2 } } }
+layer { name: "seq" type: "Sequential" bottom: "data" top: "out"
+        layer { name: "conv" type: "Convolution"
+                convolution_param { num_output: 3 kernel_size: 3 pad: 1 } }
+        layer { name: "bn" type: "BatchNorm" }
+        layer { name: "scale" type: "Scale" }
+        layer { name: "bias" type: "Bias" }
+        layer { name: "relu" type: "ReLU" }
+        layer { name: "drop" type: "Dropout" } }
+layer { name: "ip" type: "Linear" precision: FP32 bottom: "out"
+        inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
+)");
+  int chained = 0;
+  for (int i = 0; i < net.num_layers(); ++i) {
+    if (net.layer(i).name().rfind("seq/", 0) != 0) continue;
+    ++chained;
+    EXPECT_EQ(net.layer_storage(i), dtype_of(format())) << net.layer(i).name();
+  }
+  EXPECT_EQ(chained, 6);
+}
+
 // Where the net converts: a layer without a 16-bit path (EuclideanLoss) gets FP32 copies of
-// its 16-bit bottoms; a Split read only by FP32 layers (the loss and Accuracy) stores FP32 after one
-// Convert; a Split read by a 16-bit layer and an FP32 one stores 16 bits, and only the FP32
-// reader gets a Convert.
+// its 16-bit bottoms; a Split read only by FP32 layers (the loss and Accuracy) stores FP32
+// after one Convert; a Split read by a 16-bit layer and an FP32 one stores 16 bits, and only
+// the FP32 reader gets a Convert.
 TEST_P(HalfLayers, ConvertsGoWhereTheStorageChanges) {
   const std::string n = name();
   Net& euclidean = build(R"(
@@ -292,6 +349,19 @@ layer { name: "loss2" type: "SoftmaxWithLoss" bottom: "fc2" bottom: "label" }
               ElementsAre("data", "label_data_1_split", "data_" + n, "fc", "fc_fc_0_split",
                           "fc2", "fc_fc_0_split_1_FP32", "loss", "fc2_FP32", "loss2"));
   EXPECT_EQ(mixed.layer_storage(4), dtype_of(format()));
+  // A view of a Split's top follows the Split, which then stays 16-bit; a Linear asked for
+  // FP32 reads FP32.
+  Net& viewed = build(R"(
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 2 dim: 4 } shape { dim: 2 } } }
+layer { name: "fc" type: "Linear" bottom: "data" top: "fc" inner_product_param { num_output: 3 } }
+layer { name: "flat" type: "Flatten" bottom: "fc" top: "flat" }
+layer { name: "fc2" type: "Linear" precision: FP32 bottom: "fc" top: "fc2"
+        inner_product_param { num_output: 3 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc2" bottom: "label" }
+)");
+  EXPECT_EQ(viewed.layer_storage(layer_index(viewed, "fc_fc_0_split")), dtype_of(format()));
+  EXPECT_EQ(viewed.layer_storage(layer_index(viewed, "flat")), dtype_of(format()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, HalfLayers, ::testing::Values(Half::kBF16, Half::kFP16),

@@ -25,9 +25,6 @@ namespace {
 
 using ::testing::ElementsAre;
 
-std::vector<float> rounded(Half f, const std::vector<float>& v) { return values(f, to_bits(f, v)); }
-
-
 class HalfNorm : public ::testing::TestWithParam<Half> {
  protected:
   Half format() const { return GetParam(); }

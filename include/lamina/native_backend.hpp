@@ -80,6 +80,7 @@ class NativeBackend final : public Backend {
   void batch_norm_backward(Half format, int64_t outer, int64_t channels, int64_t inner,
                            const uint16_t* y, const uint16_t* dy, const float* inv_std,
                            uint16_t* dx) override;
+  // channel_ops.cpp (16-bit values are copied, never rounded)
   void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
                  uint16_t* dst, int64_t dst_stride) override;
   void eltwise_max_forward(Half format, int64_t n, int index, const uint16_t* x, uint16_t* y,

@@ -41,8 +41,9 @@ struct NetPlan {
   std::vector<std::vector<std::string>> bottoms, tops;  // blob names, per layer
   std::vector<DType> storage;  // per layer, how its tops are stored (insert_conversions)
   // per layer, whether it stores its tops in FP32 because a layer with no 16-bit path works
-  // on them in place (fp32_producers)
-  std::vector<bool> fp32_for_in_place;
+  // on them in place (fp32_producers), or because every layer reading them reads FP32 (a
+  // Split: fp32_splits)
+  std::vector<bool> fp32_for_in_place, fp32_for_readers;
 };
 
 namespace {
@@ -228,7 +229,7 @@ void insert_splits(NetPlan& plan) {
       producer[t] = {int(i), int(j)};
     }
   }
-  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}, {}};
+  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}, {}, {}};
   // Consumer renames are applied as layers are emitted; producers come first.
   std::map<std::pair<int, int>, std::string> rename;
   for (size_t i = 0; i < n; ++i) {
@@ -351,7 +352,7 @@ void insert_conversions(NetPlan& plan) {
     names.insert(plan.tops[i].begin(), plan.tops[i].end());
     names.insert(plan.flat[i].param.name());
   }
-  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}, {}};
+  NetPlan out{plan.backend, plan.phase, plan.seed, plan.source, {}, {}, {}, {}, {}, {}, {}};
   std::set<std::string> unread;  // blobs whose current version no layer has read yet
   // Appends a Convert of blob b to `to`; returns its top, "<b>_BF16" or "<b>_FP32".
   auto convert = [&](const std::string& b, DType to, const std::vector<int>& index_path) {
@@ -371,6 +372,7 @@ void insert_conversions(NetPlan& plan) {
     out.flat.push_back(FlatLayer{p, index_path});
     out.storage.push_back(to);
     out.fp32_for_in_place.push_back(false);
+    out.fp32_for_readers.push_back(false);
     stored[name] = to;
     producer[name] = name;
     unread.erase(b);
@@ -416,6 +418,7 @@ void insert_conversions(NetPlan& plan) {
     out.flat.push_back(f);
     out.storage.push_back(storage);
     out.fp32_for_in_place.push_back(fp32_tops.count(i) > 0);
+    out.fp32_for_readers.push_back(fp32_split.count(i) > 0);
   }
   // The net's outputs (tops no layer reads: the solver sums them, tools print them) are
   // FP32: a 16-bit one gets a Convert, whose top "<name>_FP32" is the output instead.
@@ -433,6 +436,7 @@ void insert_conversions(NetPlan& plan) {
   plan.tops = std::move(out.tops);
   plan.storage = std::move(out.storage);
   plan.fp32_for_in_place = std::move(out.fp32_for_in_place);
+  plan.fp32_for_readers = std::move(out.fp32_for_readers);
 }
 
 }  // namespace
@@ -445,7 +449,7 @@ Net::Net(const NetParameter& param, Phase phase, Backend& backend, uint64_t seed
 
 void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamArena> shared,
                 const std::string& source) {
-  NetPlan plan{backend_, phase_, seed, source, {}, {}, {}, {}, {}, {}};
+  NetPlan plan{backend_, phase_, seed, source, {}, {}, {}, {}, {}, {}, {}};
   flatten_layers(param, name_, plan);
   resolve_chaining(plan);
   insert_splits(plan);
@@ -476,6 +480,8 @@ void Net::log_precisions(const NetPlan& plan) const {
       const Layer::HalfSupport support = layers_[i]->half_support();
       if (support == Layer::HalfSupport::kNone)
         label += std::string(" (no ") + Precision_Name(asked) + " path)";
+      else if (plan.fp32_for_readers[i])
+        label += " (every layer reading it reads FP32)";
       else if (plan.fp32_for_in_place[i])
         label += " (its top is worked on in place by a layer with no 16-bit path)";
       else if (support == Layer::HalfSupport::kFollows)

@@ -23,7 +23,8 @@ class BiasLayer : public Layer {
   bool supports_in_place() const override { return true; }
   // The two-bottom form (refused in setup) stays FP32 so that its error names the user's blob.
   HalfSupport half_support() const override {
-    return param_.bottom_size() == 1 ? HalfSupport::kHalf : HalfSupport::kNone;
+    // (no bottom: a chained layer, which the net gives one)
+    return param_.bottom_size() <= 1 ? HalfSupport::kHalf : HalfSupport::kNone;
   }
 
   void setup(const Tensors& bottom, const Tensors& top) override {

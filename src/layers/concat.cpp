@@ -38,6 +38,9 @@ class ConcatLayer : public Layer {
       LAMINA_REQUIRE(same, where(), "bottoms must have equal shapes except along axis ", axis_,
                      ", but '", first.name(), "' is ", first.shape_string(), " and '", b->name(),
                      "' is ", b->shape_string());
+      LAMINA_REQUIRE(b->dtype() == first.dtype(), where(), "bottoms must be stored alike, but '",
+                     first.name(), "' is ", dtype_name(first.dtype()), " and '", b->name(),
+                     "' is ", dtype_name(b->dtype()));
       shape[axis_] += b->dim(axis_);
     }
     outer_ = first.count(0, axis_);

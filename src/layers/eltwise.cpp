@@ -41,6 +41,9 @@ class EltwiseLayer : public Layer {
       LAMINA_REQUIRE(b->shape() == first.shape(), where(), "bottoms must have equal shapes, but '",
                      first.name(), "' is ", first.shape_string(), " and '", b->name(), "' is ",
                      b->shape_string());
+      LAMINA_REQUIRE(b->dtype() == first.dtype(), where(), "bottoms must be stored alike, but '",
+                     first.name(), "' is ", dtype_name(first.dtype()), " and '", b->name(),
+                     "' is ", dtype_name(b->dtype()));
     }
     LAMINA_REQUIRE(op_ == EltwiseParameter::SUM || p.coeff_size() == 0, where(),
                    "eltwise_param.coeff applies to operation SUM only, not ",

@@ -29,7 +29,8 @@ class ScaleLayer : public Layer {
   // In 16 bits with one bottom; the two-bottom form (refused in setup) is left in FP32 so
   // that its error names the user's blob.
   HalfSupport half_support() const override {
-    return param_.bottom_size() == 1 ? HalfSupport::kHalf : HalfSupport::kNone;
+    // (no bottom: a chained layer, which the net gives one)
+    return param_.bottom_size() <= 1 ? HalfSupport::kHalf : HalfSupport::kNone;
   }
 
   void setup(const Tensors& bottom, const Tensors& top) override {

@@ -44,7 +44,6 @@ struct ChannelWalk {
   for (ChannelWalk walk((inner), threadIdx.x, blockDim.x); walk.o < (outer); \
        walk.next(inner))
 
-
 // The sums' terms of channel c's element i (index into the (outer, channels, inner) array),
 // added into sum[0..kSums).
 template <class S>  // a, stored as S says (half_storage.cuh)
@@ -74,10 +73,10 @@ __device__ void channel_block_sums(int64_t outer, int64_t channels, int64_t inne
   for (int k = 0; k < Terms::kSums; ++k) sum[k] = block_sum(sum[k]);
 }
 
-// Elementwise operations on element i of channel c, for launch_channel_op: load(i) reads
-// what the element's result needs, apply(i, c, in) computes and writes it. A thread loads
-// all its elements before it writes any, so each op works in place.
-
+// An elementwise operation for launch_channel_op (the .cu files define them) acts on
+// element i of channel c: load(i) reads what the element's result needs, apply(i, c, in)
+// computes and writes it. A thread loads all its elements before it writes any, so each op
+// works in place.
 constexpr int kRowUnroll = 4;  // elements a thread loads before it writes any
 
 // op over every element: a block per row of inner values (a block-stride over the outer *

@@ -6,7 +6,7 @@
 //   cuda_backend.cpp     memory, transfers, cuBLAS calls, make_cuda_backend, device_query
 //   blas_kernels.cu      fill, mul, axpby, dot
 //   half_kernels.cu      16-bit storage: to_half, from_half (rounding.hpp's conversions),
-//                        add_half
+//                        axpby and mul in 16 bits, add_half
 //   half_gemm.cu         16-bit storage: supports_half and the gemms with 16-bit operands
 //   half_storage.cuh     how kernels written once read and write FP32 or 16-bit arrays
 //   activation_kernels.cu, softmax_kernels.cu, loss_kernels.cu (cross-entropy, NLL,
@@ -18,7 +18,8 @@
 //                        (descriptors, algorithms) cached per geometry and mode in the context
 //   conv_kernels.cu      convolution by im2col + cuBLAS, for builds without cuDNN and
 //                        geometries cuDNN cannot take
-//   pooling_kernels.cu, channel_kernels.cu (batch norm, per-channel affine and sums),
+//   pooling_kernels.cu, batch_norm_kernels.cu, channel_kernels.cu (per-channel affine and
+//   sums), both on channel_sums.cuh (per-channel reductions and elementwise launches),
 //   eltwise_kernels.cu (copy_rows, eltwise max)
 //   cuda_graph.cpp       capture(): steps recorded into CUDA graphs and replayed
 //   side_lane.cpp        the side lane for parameter gradients (a second stream)
@@ -160,7 +161,8 @@ class CudaBackend final : public Backend {
                            int32_t* mask) override;
   void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
                             float* dx) override;
-  // The optional groups in 16 bits: cudnn.cpp, pooling_kernels.cu, channel_kernels.cu.
+  // The optional groups in 16 bits: cudnn.cpp, pooling_kernels.cu, batch_norm_kernels.cu,
+  // channel_kernels.cu, eltwise_kernels.cu.
   void conv_forward(Half format, const ConvGeometry& g, const uint16_t* x,
                     const uint16_t* weight, const float* bias, uint16_t* y) override;
   void conv_backward_data(Half format, const ConvGeometry& g, const uint16_t* weight,

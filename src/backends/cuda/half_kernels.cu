@@ -27,7 +27,7 @@ __global__ void half_axpby_kernel(int64_t n, float alpha, const uint16_t* x, flo
   LAMINA_GRID_STRIDE_LOOP(i, n) {
     const float ax = alpha != 0 ? __fmul_rn(alpha, S::load(x[i])) : 0.0f;
     const float by = beta != 0 ? __fmul_rn(beta, S::load(y[i])) : 0.0f;
-    y[i] = S::store(__fadd_rn(ax, by));
+    y[i] = S::store(beta == 0 ? ax : (alpha == 0 ? by : __fadd_rn(ax, by)));  // -0 stays -0
   }
 }
 

@@ -215,20 +215,31 @@ void NativeBackend::eltwise_max_backward(int64_t n, int index, const float* dy,
   });
 }
 
-// As the FP32 ones on the widened values; maxima and routed gradients are values of the
-// format, so the conversions back are exact.
+// As the FP32 ones, comparing the widened values and copying the 16-bit bits (as CUDA does:
+// a NaN keeps its payload).
 void NativeBackend::eltwise_max_forward(Half format, int64_t n, int index, const uint16_t* x,
                                         uint16_t* y, int32_t* mask) {
-  float* wide_y = index == 0 ? staging(1, n) : const_cast<float*>(widen(format, n, y, 1));
-  eltwise_max_forward(n, index, widen(format, n, x, 0), wide_y, mask);
-  to_half(format, n, wide_y, y);
+  if (index == 0) {
+    if (x != y) std::memcpy(y, x, sizeof(uint16_t) * n);
+    if (mask != nullptr) std::fill_n(mask, n, 0);
+    return;
+  }
+  const float* wide_x = widen(format, n, x, 0);
+  const float* wide_y = widen(format, n, y, 1);
+  parallel_ranges(n, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (!(wide_x[i] > wide_y[i])) continue;
+      y[i] = x[i];
+      if (mask != nullptr) mask[i] = index;
+    }
+  });
 }
 
-void NativeBackend::eltwise_max_backward(Half format, int64_t n, int index, const uint16_t* dy,
+void NativeBackend::eltwise_max_backward(Half, int64_t n, int index, const uint16_t* dy,
                                          const int32_t* mask, uint16_t* dx) {
-  float* wide = staging(2, n);
-  eltwise_max_backward(n, index, widen(format, n, dy, 0), mask, wide);
-  to_half(format, n, wide, dx);
+  parallel_ranges(n, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dx[i] = mask[i] == index ? dy[i] : uint16_t{0};
+  });
 }
 
 }  // namespace lamina

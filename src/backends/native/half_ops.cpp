@@ -84,7 +84,7 @@ void NativeBackend::axpby(Half format, int64_t n, float alpha, const uint16_t* x
     for (int64_t i = begin; i < end; ++i) {
       const float ax = alpha != 0 ? alpha * wide_x[i] : 0.0f;
       const float by = beta != 0 ? beta * wide_y[i] : 0.0f;
-      wide_y[i] = ax + by;
+      wide_y[i] = beta == 0 ? ax : (alpha == 0 ? by : ax + by);  // -0 stays -0
     }
   });
   to_half(format, n, wide_y, y);
