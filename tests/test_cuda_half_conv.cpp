@@ -113,6 +113,18 @@ TEST_P(CudaHalfConv, ConvolutionAllDirections) {
   for (const ConvGeometry& g : cases()) expect_conv_matches_native(*cuda_, native_, format(), g);
 }
 
+// Every direction with the algorithms chosen for it gives the same bits run after run (only
+// deterministic algorithms are taken), as exact resumption needs.
+TEST_P(CudaHalfConv, ResultsAreBitIdenticalRunToRun) {
+  for (const ConvGeometry& g : cases()) {
+    const ConvResults a = run_conv(*cuda_, format(), g), b = run_conv(*cuda_, format(), g);
+    EXPECT_EQ(a.y, b.y);
+    EXPECT_EQ(a.dx, b.dx);
+    EXPECT_EQ(a.dweight, b.dweight);
+    EXPECT_EQ(a.dbias, b.dbias);
+  }
+}
+
 // Directions without a cuDNN algorithm (here -1 taken back from a solver state) widen their
 // operands and run the float im2col: Native's results all the same.
 TEST_P(CudaHalfConv, DirectionsWithoutACudnnAlgorithmRunByIm2col) {

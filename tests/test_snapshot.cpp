@@ -43,6 +43,7 @@
 #include "lamina/io.hpp"
 #include "lamina/native_backend.hpp"
 #include "lamina/net.hpp"
+#include "lamina/precision.hpp"
 #include "lamina/registry.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina/snapshot_lock.hpp"
@@ -740,7 +741,10 @@ void expect_exact_resume(const std::string& model, Backend& backend, bool other_
     const SnapshotRecord* kept = file.find("algorithms");
     ASSERT_NE(kept, nullptr) << "the solver state keeps no algorithm choices";
     EXPECT_EQ(kept->bytes, chosen);
-    const std::string word = precision == TF32 ? "conv-tf32" : "conv";
+    const std::string word = precision == TF32   ? "conv-tf32"
+                             : precision == BF16 ? "conv-bf16"
+                             : precision == FP16 ? "conv-fp16"
+                                                 : "conv";
     EXPECT_THAT(chosen, HasSubstr("\n" + word + " "));
     backend.reuse_algorithm_choices(other_forward_algorithms(chosen, word));
     ASSERT_NE(backend.algorithm_choices(), chosen) << "the choices did not change";
@@ -778,6 +782,22 @@ TEST(ExactResume, MnistLenetInTf32CudaTakesTheAlgorithmsOfTheSolverState) {
   if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: nothing is chosen by timing";
   if (!backend->supports_math(Math::kTF32)) GTEST_SKIP() << "this GPU has no TF32";
   expect_exact_resume("lenet", *backend, true, TF32);
+}
+
+// So do 16-bit convolutions ("conv-bf16", "conv-fp16" lines), with FP16's loss scale and
+// its counters in the state.
+TEST(ExactResume, MnistLenetIn16BitsCudaTakesTheAlgorithmsOfTheSolverState) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+  if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: nothing is chosen by timing";
+  for (Precision precision : {BF16, FP16}) {
+    SCOPED_TRACE(Precision_Name(precision));
+    if (!backend->supports_half(half_format(storage_of(precision)))) {
+      std::printf("this GPU has no %s tensor cores: skipped\n",
+                  Precision_Name(precision).c_str());
+      continue;
+    }
+    expect_exact_resume("lenet", *backend, true, precision);
+  }
 }
 
 TEST(ExactResume, MnistMlpInTf32Cpu) {
