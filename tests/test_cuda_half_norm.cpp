@@ -250,13 +250,9 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaHalfNorm, ::testing::Values(Half::kBF16, H
 TEST(CudaHalfResidualNet, TrainingIn16BitsOnTheGpuMatchesTheCpu) {
   if (!cuda_compiled() || cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device present";
   std::unique_ptr<Backend> gpu = make_cuda_backend(0);
-  for (Precision precision : {BF16, FP16}) {
+  for (Precision precision : half_precisions(*gpu)) {
     const std::string name = Precision_Name(precision);
     SCOPED_TRACE(name);
-    if (!gpu->supports_half(half_format(storage_of(precision)))) {
-      std::printf("this GPU has no %s tensor cores: skipped\n", name.c_str());
-      continue;
-    }
     SolverParameter sp = parse_solver_parameter(
         "base_lr: 0.05 momentum: 0.9 random_seed: 3 display: 20 average_loss: 1", "solver");
     sp.set_precision(precision);

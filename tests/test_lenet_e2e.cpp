@@ -98,13 +98,9 @@ TEST(LenetEndToEnd, FirstIterationsLossesMatchBetweenCpuAndGpu) {
 // timing chose different algorithms); FP16's loss scale and skipped steps the same on both.
 TEST(LenetEndToEnd, TrainingIn16BitsOnTheGpuMatchesTheCpu) {
   LAMINA_CUDA_BACKEND_OR_SKIP(gpu);
-  for (Precision precision : {BF16, FP16}) {
+  for (Precision precision : testing::half_precisions(*gpu)) {
     const std::string name = Precision_Name(precision);
     SCOPED_TRACE(name);
-    if (!gpu->supports_half(half_format(storage_of(precision)))) {
-      std::printf("this GPU has no %s tensor cores: skipped\n", name.c_str());
-      continue;
-    }
     mnist::Model m = lenet(1);
     m.solver.set_display(20);
     m.solver.set_average_loss(1);

@@ -789,13 +789,8 @@ TEST(ExactResume, MnistLenetInTf32CudaTakesTheAlgorithmsOfTheSolverState) {
 TEST(ExactResume, MnistLenetIn16BitsCudaTakesTheAlgorithmsOfTheSolverState) {
   LAMINA_CUDA_BACKEND_OR_SKIP(backend);
   if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: nothing is chosen by timing";
-  for (Precision precision : {BF16, FP16}) {
+  for (Precision precision : testing::half_precisions(*backend)) {
     SCOPED_TRACE(Precision_Name(precision));
-    if (!backend->supports_half(half_format(storage_of(precision)))) {
-      std::printf("this GPU has no %s tensor cores: skipped\n",
-                  Precision_Name(precision).c_str());
-      continue;
-    }
     expect_exact_resume("lenet", *backend, true, precision);
   }
 }

@@ -25,6 +25,7 @@
 #include "lamina/native_backend.hpp"
 #include "lamina/net.hpp"
 #include "lamina/param_arena.hpp"
+#include "lamina/precision.hpp"
 #include "lamina/rounding.hpp"
 #include "lamina/solver.hpp"
 #include "lamina/tensor.hpp"
@@ -286,6 +287,19 @@ inline int layer_index(Net& net, const std::string& name) {
     if (net.layer(i).name() == name) return i;
   ADD_FAILURE() << "no layer '" << name << "'";
   return 0;
+}
+
+// BF16 and FP16, those the backend stores; each it does not is printed as skipped.
+inline std::vector<Precision> half_precisions(const Backend& backend) {
+  std::vector<Precision> out;
+  for (Precision p : {BF16, FP16}) {
+    if (backend.supports_half(half_format(storage_of(p)))) {
+      out.push_back(p);
+    } else {
+      std::printf("this backend has no %s storage: skipped\n", Precision_Name(p).c_str());
+    }
+  }
+  return out;
 }
 
 }  // namespace lamina::testing
