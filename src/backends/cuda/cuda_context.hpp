@@ -41,7 +41,7 @@ struct cudnnContext;  // cudnnHandle_t is cudnnContext*; cudnn.h stays in cudnn.
 namespace lamina::cuda_detail {
 
 struct ConvPlans;    // defined in cudnn.cpp
-struct LinearPlans;  // defined in linear.cu
+struct LtPlans;      // defined in lt_matmul.cu
 
 class CudaContext {
  public:
@@ -116,9 +116,9 @@ class CudaContext {
   // stale pointer once this changes.
   int64_t workspace_moves() const { return workspace_moves_; }
 
-  // The fused Linear products' cuBLASLt plans (descriptors and the algorithm chosen) by
-  // shape, created on the first call; defined in linear.cu.
-  LinearPlans& linear_plans();
+  // The cuBLASLt products' plans (descriptors and the algorithm chosen) by LtKey, created
+  // on the first call; defined in lt_matmul.cu.
+  LtPlans& lt_plans();
   // cuBLAS's workspace of the current lane (fixed at creation), which cuBLASLt calls use too:
   // everything on a stream runs one operation at a time.
   void* blas_workspace() const { return lane().blas_workspace; }
@@ -170,8 +170,8 @@ class CudaContext {
   std::once_flag dnn_once_;
   std::once_flag conv_plans_once_;
   ConvPlans* conv_plans_ = nullptr;  // owned; lives as long as the context (the process)
-  std::once_flag linear_plans_once_;
-  LinearPlans* linear_plans_ = nullptr;  // the same
+  std::once_flag lt_plans_once_;
+  LtPlans* lt_plans_ = nullptr;  // the same
   int64_t workspace_moves_ = 0;
   // One event per stream, recorded on it when another stream is to wait for its work so far
   // (order_after): a wait takes the event's latest record, so one serves every wait.

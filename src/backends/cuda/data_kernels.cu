@@ -3,6 +3,8 @@
 // numbers, the same float operations).
 // Both read a PassCounter in every block and advance it when the last block is done
 // (finish_pass), so one launch per pass does it all.
+#include <algorithm>
+
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/half_storage.cuh"
@@ -44,18 +46,22 @@ __global__ void dropout_forward_kernel(int64_t n, float ratio, float keep_scale,
   finish_pass(counter);
 }
 
-// Both tops of a batch: elements [0, data count) are data, the rest labels.
+// Both tops of a batch: a block per row (block-stride over the rows) finds the row's sample
+// once, then its threads copy the row's values of each top. (A thread per value found the
+// sample per value: 64-bit divisions that made a batch of 1024 MNIST images take 33 us.)
+__device__ void gather_row(const GatherTop& top, int64_t r, int64_t sample) {
+  if (top.src == nullptr) return;
+  const uint8_t* src = top.src + sample * top.cols;
+  float* dst = top.dst + r * top.cols;
+  LAMINA_THREAD_STRIDE_LOOP(j, top.cols) dst[j] = top.scale * static_cast<float>(src[j]);
+}
+
 __global__ void gather_batch_kernel(BatchOrder order, GatherTop data, GatherTop label) {
   const int64_t passes = order.counter->passes;
-  const int64_t data_count = data.src ? order.batch * data.cols : 0;
-  const int64_t label_count = label.src ? order.batch * label.cols : 0;
-  LAMINA_GRID_STRIDE_LOOP(i, data_count + label_count) {
-    const bool is_data = i < data_count;
-    const GatherTop& top = is_data ? data : label;
-    const int64_t k = is_data ? i : i - data_count;
-    const int64_t r = k / top.cols;
-    const int64_t j = k - r * top.cols;
-    top.dst[k] = top.scale * static_cast<float>(top.src[order.sample(passes, r) * top.cols + j]);
+  LAMINA_BLOCK_STRIDE_LOOP(r, order.batch) {
+    const int64_t sample = order.sample(passes, r);
+    gather_row(data, r, sample);
+    gather_row(label, r, sample);
   }
   finish_pass(order.counter);
 }
@@ -89,9 +95,8 @@ void CudaBackend::dropout_forward(Half format, int64_t n, float ratio, uint64_t 
 void CudaBackend::gather_batch(const BatchOrder& order, const GatherTop& data,
                                const GatherTop& label) {
   const cudaStream_t s = on_device();
-  const int64_t count = (data.src ? order.batch * data.cols : 0) +
-                        (label.src ? order.batch * label.cols : 0);
-  gather_batch_kernel<<<elementwise_grid(count), kBlock, 0, s>>>(order, data, label);
+  const int64_t cols = std::max(data.src ? data.cols : 0, label.src ? label.cols : 0);
+  gather_batch_kernel<<<row_grid(order.batch), row_block(cols), 0, s>>>(order, data, label);
   LAMINA_CUDA_LAUNCHED(gather_batch_kernel);
 }
 

@@ -1,0 +1,32 @@
+// The key of a cuBLASLt product (lt_matmul.cu), column-major as cuBLASLt sees it:
+// D (m, n) = op(A) (m, k) op(B) (k, n), with an epilogue, every pointer aligned to `align`
+// bytes (alignment_of), the product in `math` (kFP32 for 16-bit A and B), A and B of type
+// ab and D of type d. Row-major callers pass their operands swapped, as gemm does.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <tuple>
+
+#include "lamina/backend.hpp"
+
+namespace lamina::cuda_detail {
+
+struct LtKey {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  int align = 256;
+  Math math = Math::kFP32;
+  cudaDataType_t ab = CUDA_R_32F, d = CUDA_R_32F;
+
+  auto tied() const { return std::tie(trans_a, trans_b, m, n, k, epilogue, align, math, ab, d); }
+  bool operator<(const LtKey& other) const { return tied() < other.tied(); }
+};
+
+// The largest power of two, at most 256, that divides every non-null address.
+int alignment_of(std::initializer_list<const void*> pointers);
+
+}  // namespace lamina::cuda_detail
