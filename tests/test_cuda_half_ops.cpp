@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,59 @@ TEST_P(CudaHalfOps, GemmInEveryTranspositionWithFloatAnd16BitC) {
       }
     }
   }
+}
+
+// The cuBLASLt products' algorithm choices (lt_matmul.cu) in the text a solver state keeps:
+// a "gemm ..." line per product, taken back by a later run instead of timing. The product
+// then runs the candidate named, with Native's results; a choice naming no candidate, or
+// made on another device, changes nothing.
+TEST_P(CudaHalfOps, GemmAlgorithmChoicesAreTakenBack) {
+  const Half f = format();
+  const Shape s{192, 320, 448};  // no other test's
+  const Bits a = random_bits(f, s.m * s.k, 40), b = random_bits(f, s.n * s.k, 41);
+  const std::vector<float> zeros(s.m * s.n, 0.0f);
+  auto product = [&](Backend& be) {
+    return run_gemm(be, f, Transpose::kNo, Transpose::kYes, s, 1.0f, a, b, 0.0f, zeros);
+  };
+  std::vector<float> sum_abs(zeros);
+  native_.gemm(Transpose::kNo, Transpose::kYes, s.m, s.n, s.k, 1.0f,
+               absolute(values(f, a)).data(), absolute(values(f, b)).data(), 0.0f,
+               sum_abs.data());
+  const std::vector<double> bound = fp32_bounds(s.k, sum_abs);
+  const std::vector<float> expected = product(native_);
+  expect_floats_close(product(*cuda_), expected, bound);
+
+  // C = A B^T, row-major, is column-major C^T = B A^T: "gemm 1 0 n m k <epilogue> <align>
+  // <math> <A and B's cudaDataType_t: 14 BF16, 2 FP16> <D's: 0 FP32> = <candidate>".
+  const std::string key = "gemm 1 0 320 192 448 ";
+  const std::string types = f == Half::kBF16 ? " 14 0 = " : " 2 0 = ";
+  auto line_of_s = [&]() -> std::string {
+    std::istringstream in(cuda_->algorithm_choices());
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind(key, 0) == 0 && line.find(types) != std::string::npos) return line;
+    return "none";
+  };
+  const std::string chosen = line_of_s();
+  ASSERT_NE(chosen, "none") << cuda_->algorithm_choices();
+  const int other = std::stoi(chosen.substr(chosen.find(" = ") + 3)) == 0 ? 1 : 0;
+  auto with_index = [&](int i) {
+    return chosen.substr(0, chosen.find(" = ") + 3) + std::to_string(i);
+  };
+  const std::string choices = cuda_->algorithm_choices();
+  const std::string heading = choices.substr(0, choices.find('\n') + 1);
+
+  cuda_->reuse_algorithm_choices("algorithms for another GPU\n" + with_index(other) + "\n");
+  EXPECT_EQ(line_of_s(), chosen) << "a choice for another device was taken";
+  cuda_->reuse_algorithm_choices(heading + with_index(other) + "\n");
+  EXPECT_EQ(line_of_s(), with_index(other))
+      << "the other candidate was not taken (does cuBLASLt offer one only?)";
+  const std::vector<float> taken = product(*cuda_);
+  expect_floats_close(taken, expected, bound);
+  EXPECT_TRUE(taken == product(*cuda_)) << "the same bits run to run";
+  cuda_->reuse_algorithm_choices(heading + with_index(99) + "\n");  // no such candidate
+  EXPECT_EQ(line_of_s(), with_index(other));
+  expect_floats_close(product(*cuda_), expected, bound);
 }
 
 // k = 0: C = beta C, each value rounded once; beta 0 does not read C (NaN there becomes 0).

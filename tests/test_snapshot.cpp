@@ -32,6 +32,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <regex>
@@ -709,6 +710,28 @@ std::string other_forward_algorithms(const std::string& choices, const std::stri
   return out;
 }
 
+// The same for the cuBLASLt products' lines ("gemm <10 key fields> = <candidate>",
+// lt_matmul.cu) of one precision (the key's math: 0 FP32, 1 TF32; its A and B type: 0 FP32,
+// 14 BF16, 2 FP16): candidate 0 <-> 1, others to 0. A candidate the product lacks is
+// ignored.
+std::string other_gemm_algorithms(const std::string& choices, Precision precision) {
+  const std::string math = precision == TF32 ? "1" : "0";
+  const std::string ab = precision == BF16 ? "14" : precision == FP16 ? "2" : "0";
+  std::istringstream in(choices);
+  std::string line, out;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::vector<std::string> w{std::istream_iterator<std::string>(words), {}};
+    if (w.size() == 13 && w[0] == "gemm" && w[8] == math && w[9] == ab && w[11] == "=") {
+      w[12] = w[12] == "0" ? "1" : "0";
+      line.clear();
+      for (const std::string& word : w) line += (line.empty() ? "" : " ") + word;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
 // The criterion: an MNIST net, 200 iterations straight against 100 + snapshot +
 // resume + 100: bit-identical weights and the same loss at every iteration. With
 // other_process, the device's algorithm choices are changed between the snapshot and the
@@ -746,7 +769,9 @@ void expect_exact_resume(const std::string& model, Backend& backend, bool other_
                              : precision == FP16 ? "conv-fp16"
                                                  : "conv";
     EXPECT_THAT(chosen, HasSubstr("\n" + word + " "));
-    backend.reuse_algorithm_choices(other_forward_algorithms(chosen, word));
+    EXPECT_THAT(chosen, HasSubstr("\ngemm "));
+    backend.reuse_algorithm_choices(
+        other_gemm_algorithms(other_forward_algorithms(chosen, word), precision));
     ASSERT_NE(backend.algorithm_choices(), chosen) << "the choices did not change";
   }
   Solver resumed(m.solver, m.net, backend, m.net_path);

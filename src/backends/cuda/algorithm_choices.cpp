@@ -1,6 +1,7 @@
 // The CUDA backend's algorithm choices as text (Backend::algorithm_choices): a first line
 // naming the device and library versions they were made with, then a line per choice
-// (cudnn_search.cpp writes and reads the convolutions' lines).
+// (cudnn_search.cpp writes and reads the convolutions' lines, lt_matmul.cu the cuBLASLt
+// products').
 #include <cublas_v2.h>
 #include <glog/logging.h>
 
@@ -28,7 +29,7 @@ std::string made_with(const CudaContext& context) {
 }  // namespace
 
 std::string CudaBackend::algorithm_choices() const {
-  const std::string lines = conv_choices(context_);
+  const std::string lines = conv_choices(context_) + lt_choices(context_);
   if (lines.empty()) return {};
   return kHeading + made_with(context_) + "\n" + lines;
 }
@@ -47,7 +48,7 @@ void CudaBackend::reuse_algorithm_choices(const std::string& choices) {
   int64_t ignored = 0;
   std::string first_ignored;
   while (std::getline(in, line)) {
-    if (reuse_conv_choice(context_, line)) continue;
+    if (reuse_conv_choice(context_, line) || reuse_lt_choice(context_, line)) continue;
     if (ignored++ == 0) first_ignored = line.substr(0, 200);
   }
   if (ignored > 0) {

@@ -253,9 +253,11 @@ class CudaBackend final : public Backend {
   // caller runs it unfused.
   bool fused_linear(cudaDataType_t storage, int64_t rows, int64_t n, int64_t k, const void* x,
                     const void* w, const float* bias, bool relu, void* y);
-  // D = op(A) op(B) (+ the epilogue's bias) as key says, through its cached plan
-  // (lt_matmul.cu). False, having done nothing, where cuBLASLt has no algorithm for it.
-  bool lt_matmul(const LtKey& key, const void* a, const void* b, const float* bias, void* d);
+  // D = alpha op(A) op(B) + beta D (with the epilogue's bias and ReLU) as key says, through
+  // its cached plan (lt_matmul.cu). False, having done nothing, where cuBLASLt has no
+  // algorithm for it.
+  bool lt_matmul(const LtKey& key, float alpha, const void* a, const void* b,
+                 const float* bias, float beta, void* d);
 
   // Makes the device current on this thread and returns the stream the operation goes to
   // (the main stream, or the side lane's between to_side_lane and to_main_lane).

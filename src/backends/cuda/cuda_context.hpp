@@ -201,6 +201,9 @@ std::string dnn_version_string();  // "9.1.0 (compiled against 9.1.0)" or "not b
 // of timing them); false if the line is not one (cudnn_search.cpp).
 std::string conv_choices(CudaContext& context);
 bool reuse_conv_choice(CudaContext& context, const std::string& line);
+// The same for the cuBLASLt products' algorithms (lt_matmul.cu): "gemm ..." lines.
+std::string lt_choices(CudaContext& context);
+bool reuse_lt_choice(CudaContext& context, const std::string& line);
 
 // Counts one convolution algorithm search in cuda_diagnostics() (cudnn.cpp calls it).
 void count_conv_algorithm_search();

@@ -55,7 +55,7 @@ bool CudaBackend::fused_linear(cudaDataType_t storage, int64_t rows, int64_t n, 
   key.align = alignment_of({x, w, bias, y});
   key.math = storage == CUDA_R_32F ? math() : Math::kFP32;
   key.ab = key.d = storage;
-  return lt_matmul(key, w, x, bias, y);
+  return lt_matmul(key, 1.0f, w, x, bias, 0.0f, y);
 }
 
 void CudaBackend::linear_forward(int64_t rows, int64_t n, int64_t k, const float* x,

@@ -29,4 +29,22 @@ struct LtKey {
 // The largest power of two, at most 256, that divides every non-null address.
 int alignment_of(std::initializer_list<const void*> pointers);
 
+// The key of a row-major gemm C (m, n) = op(A) (m, k) op(B) (k, n): column-major, C^T =
+// op(B)^T op(A)^T, so lt_matmul takes B as its A and A as its B.
+inline LtKey lt_gemm_key(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+                         Math math, cudaDataType_t ab, cudaDataType_t d,
+                         std::initializer_list<const void*> pointers) {
+  LtKey key;
+  key.trans_a = trans_b == Transpose::kYes;
+  key.trans_b = trans_a == Transpose::kYes;
+  key.m = n;
+  key.n = m;
+  key.k = k;
+  key.align = alignment_of(pointers);
+  key.math = math;
+  key.ab = ab;
+  key.d = d;
+  return key;
+}
+
 }  // namespace lamina::cuda_detail
