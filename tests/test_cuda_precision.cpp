@@ -113,6 +113,21 @@ TEST_F(CudaTf32, GemmInEveryTransposition) {
   }
 }
 
+// A large C = alpha A^T B + beta C (a weight gradient's layout) transposes A and B first
+// (tf32_gemm.cu): sizes that are not multiples of the transposition's 32 x 32 tiles, and a
+// C that is added to.
+TEST_F(CudaTf32, LargeWeightGradientLayoutAddsToC) {
+  const int64_t m = 520, n = 515, k = 300;
+  const Op op = [&](Backend& be, const Inputs& in) {
+    Floats a(be, in[0]), b(be, in[1]), c(be, in[2]);
+    be.gemm(Transpose::kYes, Transpose::kNo, m, n, k, 0.5f, a.get(), b.get(), 1.0f, c.get());
+    return c.host();
+  };
+  const Inputs inputs = {random_values(k * m, 3), random_values(k * n, 4),
+                         random_values(m * n, 5)};
+  EXPECT_GT(expect_tf32(run(*cuda_, inputs, op), k + 1), kTf32Evidence);
+}
+
 TEST_F(CudaTf32, LinearForwardWithBiasAndRelu) {
   const int64_t rows = 64, n = 72, k = 300;
   const Op op = [&](Backend& be, const Inputs& in) {

@@ -133,12 +133,7 @@ void CudaBackend::gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t 
                                        m, k, &alpha, b, ldb, a, lda, &beta, c, n));
     return;
   }
-  // TF32: cuBLASLt, its algorithm chosen by timing (lt_matmul.cu), or cuBLAS without one.
-  const LtKey key =
-      lt_gemm_key(trans_a, trans_b, m, n, k, Math::kTF32, CUDA_R_32F, CUDA_R_32F, {a, b, c});
-  if (lt_matmul(key, alpha, b, a, nullptr, beta, c)) return;
-  gemm_ex(CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, trans_a, trans_b, m, n, k, alpha,
-          a, b, beta, c);
+  tf32_gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
 }
 
 // y = alpha op(A) x + beta y, A (m, n): y (m), x (n) untransposed; y (n), x (m) transposed.

@@ -226,6 +226,9 @@ class CudaBackend final : public Backend {
   void gemm_ex(cudaDataType_t ab, cudaDataType_t c_type, cublasComputeType_t compute,
                Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
                float alpha, const void* a, const void* b, float beta, void* c);
+  // gemm in TF32, k > 0 (tf32_gemm.cu).
+  void tf32_gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+                 float alpha, const float* a, const float* b, float beta, float* c);
   // Convolution by im2col + cuBLAS (conv_kernels.cu), one image at a time with the column
   // matrix in the context's workspace; no bias (the callers add it). Same conventions as
   // the conv_* operations: y and dx written with =, dweight accumulated with +=.

@@ -109,6 +109,13 @@ class CudaContext {
   // grows, never shrinks.
   void* workspace(size_t bytes);
   size_t workspace_bytes() const { return lane().workspace_bytes; }
+  // Whether p points into the lane's workspace (an operand that the next workspace() call's
+  // user would overwrite).
+  bool in_workspace(const void* p) const {
+    const char* w = static_cast<const char*>(lane().workspace);
+    const char* q = static_cast<const char*>(p);
+    return w != nullptr && q >= w && q < w + lane().workspace_bytes;
+  }
   // Grows the main lane's workspace to at least main_bytes and the side lane's to side_bytes
   // ahead of the operations that need them (a convolution's plan).
   void reserve_workspaces(size_t main_bytes, size_t side_bytes);
