@@ -471,6 +471,35 @@ TEST(NetDag, FanOutSumsTheGradientsOfBothConsumers) {
                                                   mul_atb(d_h, x, 4, 2, 3)), 1e-5);
 }
 
+// After zero_diff the first backward pass may write a Linear's weight gradient with =
+// (Param::diff_zeroed); a later pass, or one after the gradients were written by hand
+// (ParamArena::gradients_written), adds to it. A parameter two layers share always adds.
+TEST(NetDag, AZeroedGradientIsWrittenOnceThenAddedTo) {
+  auto net = make_net(R"(
+    layer { name: "data" type: "Input" top: "x" top: "t"
+            input_param { shape { dim: 4 dim: 3 } shape { dim: 4 dim: 2 } } }
+    layer { name: "h" type: "Linear" bottom: "x" top: "h"
+            inner_product_param { num_output: 2 bias_term: false } }
+    layer { name: "loss" type: "EuclideanLoss" bottom: "h" bottom: "t" top: "loss" }
+  )");
+  net->blob("x").copy_data_from_host(kX);
+  net->blob("t").copy_data_from_host({0.5, -0.5, 1.0, 0.0, -1.0, 0.5, 0.2, 0.3});
+  Tensor& w = param(*net, "h", 0);
+  net->arena().zero_diff();
+  net->forward();
+  net->backward();
+  const Mat once = diff_of(w);
+  EXPECT_FALSE(net->arena().take_diff_zeroed()) << "the pass took the zeroed state";
+  net->backward();
+  EXPECT_CLOSE(diff_of(w), axpy(1.0, once, once), 1e-6);
+
+  net->arena().zero_diff();
+  w.copy_diff_from_host(std::vector<float>(6, 1.0f));
+  net->arena().gradients_written();
+  net->backward();
+  EXPECT_CLOSE(diff_of(w), axpy(1.0, once, Mat(6, 1.0)), 1e-6);
+}
+
 TEST(NetDag, FanOutOfAnInPlaceLayersOutput) {
   // ip -> relu (in place, same blob) -> two losses: the split comes after the relu.
   auto net = make_net(R"(

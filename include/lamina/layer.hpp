@@ -5,7 +5,8 @@
 // every parameter to its place in the arena and fills it; forward()/backward_*() run each
 // iteration. Conventions: forward writes tops with =; backward_input writes bottom diffs with =
 // (the net inserts Split layers so a blob has one consumer); backward_params accumulates
-// parameter gradients with += (shared parameters, iter_size), the net zeroes them once.
+// parameter gradients with += (shared parameters, iter_size), the net zeroes them once (a
+// layer may write with = where Param::diff_zeroed says the gradient holds zeros).
 // The net calls backward_params before backward_input, so an in-place layer's parameter
 // gradient still sees the top diff that backward_input then overwrites.
 #pragma once
@@ -38,6 +39,11 @@ struct Param {
   // is a sum that other layers' operations add to, which must then stay on the main lane
   // (Backend::to_side_lane).
   bool shared = false;
+  // Set by the net before each backward pass (Net::backward): the gradient was zeroed
+  // (ParamArena::zero_diff) and nothing has added to it since, and no other layer uses the
+  // parameter, so backward_params may write the gradient with = instead of adding to zeros
+  // (a product with beta 0 does not read it: the Linear's weight gradient). False elsewhere.
+  bool diff_zeroed = false;
 };
 
 // Whether any of params is shared with another layer.

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lamina/backend.hpp"
@@ -55,6 +56,12 @@ class ParamArena {
   float* diff() { return diff_.as<float>(); }
   const float* diff() const { return diff_.as<float>(); }
   void zero_diff();
+  // Whether the gradients are zero from zero_diff() with no backward pass since (Net::backward
+  // takes it: the pass's layers may then write their unshared gradients with =). Another
+  // write into diff() between zero_diff() and the backward pass must call
+  // gradients_written().
+  bool take_diff_zeroed() { return std::exchange(diff_zeroed_, false); }
+  void gradients_written() { diff_zeroed_ = false; }
 
   // Optimizer state: `arrays` arrays of count() floats each, zeroed. The solver asks for as
   // many as its rule keeps (SGD 1, Adam 2); asking again for the same number keeps them.
@@ -98,6 +105,7 @@ class ParamArena {
   Half half_format_ = Half::kBF16;
   Buffer segments_;  // the segment table, then the block table
   UpdateLayout layout_;
+  bool diff_zeroed_ = false;  // take_diff_zeroed
 };
 
 }  // namespace lamina

@@ -76,6 +76,7 @@ const ParamInfo* ParamArena::find(const std::string& name) const {
 
 void ParamArena::zero_diff() {
   if (count_ > 0) backend_.zero(sizeof(float) * count_, diff());
+  diff_zeroed_ = true;
 }
 
 void ParamArena::allocate_state(int arrays) {

@@ -77,6 +77,8 @@ class LinearLayer : public Layer {
   void backward_params(const Tensors& top, const Tensors& bottom) override {
     float* db = bias_term_ ? params_[1].tensor->mutable_diff() : nullptr;
     float* dw = params_[0].tensor->mutable_diff();
+    // Adds to the gradient, or writes it where it holds zeros (not read: a cheaper product).
+    const float beta = params_[0].diff_zeroed ? 0.0f : 1.0f;
     if (relu_) apply_relu(top, db);
     SideLane lane(backend_, !any_shared(params_));
     if (is_half(storage_)) {
@@ -85,12 +87,12 @@ class LinearLayer : public Layer {
       if (!relu_ && db != nullptr)
         backend_.linear_bias_backward(f, m_, n_, nullptr, dy, nullptr, db);
       backend_.gemm(f, Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy,
-                    bottom[0]->half_data(), 1.0f, dw);
+                    bottom[0]->half_data(), beta, dw);
       return;
     }
     const float* dy = top[0]->diff();  // (M, N)
     if (!relu_ && db != nullptr) backend_.linear_bias_backward(m_, n_, nullptr, dy, nullptr, db);
-    backend_.gemm(Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy, bottom[0]->data(), 1.0f,
+    backend_.gemm(Transpose::kYes, Transpose::kNo, n_, k_, m_, 1.0f, dy, bottom[0]->data(), beta,
                   dw);
   }
 
