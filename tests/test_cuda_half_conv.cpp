@@ -16,6 +16,7 @@
 //  - Pooling: the same values (maxima exact, sums in the same order on both) and masks.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -159,9 +160,47 @@ TEST_P(CudaHalfConv, AlgorithmChoicesNameTheFormat) {
   const std::string key = word + "2 5 9 9 3 3 3 1 1 1 1 1 1 1 9 9 = ";
   const size_t at = choices.find(key);
   ASSERT_NE(at, std::string::npos) << choices;
-  int forward = -1, data = -1, filter = -1;
-  std::istringstream(choices.substr(at + key.size())) >> forward >> data >> filter;
-  EXPECT_TRUE(forward >= 0 && data >= 0 && filter >= 0) << "cuDNN ran none: " << choices;
+  // Each direction a legacy algorithm ("7", "7t") or a graph API plan ("g2"), not -1.
+  std::istringstream in(choices.substr(at + key.size()));
+  for (int i = 0; i < 3; ++i) {
+    std::string token;
+    in >> token;
+    EXPECT_TRUE(!token.empty() && (token[0] == 'g' || std::isdigit(token[0])))
+        << "cuDNN ran none: " << choices;
+  }
+}
+
+// A solver state's graph API plans ("g0": the first deterministic plan cuDNN's heuristics
+// rank, cudnn_graph.cpp) run all three directions with Native's results; a plan cuDNN does
+// not offer ("g99") is chosen anew.
+TEST_P(CudaHalfConv, GraphApiPlansGiveNativesResults) {
+  if (!cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: convolution runs by im2col";
+  const Half f = format();
+  const std::string word = f == Half::kBF16 ? "conv-bf16" : "conv-fp16";
+  for (const ConvGeometry& g : {conv_geometry(4, 16, 12, 12, 24, 3, 3, 1, 1),  // no other
+                                conv_geometry(2, 8, 11, 9, 16, 3, 3, 2, 1)}) {  // test's
+    run_conv(*cuda_, f, g);  // planned by timing
+    std::ostringstream key;
+    key << word;
+    for (int64_t v : {g.n, g.c, g.h, g.w, g.k, g.kh, g.kw, g.stride_h, g.stride_w, g.pad_h,
+                      g.pad_w, g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w})
+      key << ' ' << v;
+    const std::string choices = cuda_->algorithm_choices();
+    const std::string heading = choices.substr(0, choices.find('\n') + 1);
+    const std::string line = key.str() + " = g0 g0 g0";
+    cuda_->reuse_algorithm_choices(heading + line + "\n");
+    expect_conv_matches_native(*cuda_, native_, f, g);
+    EXPECT_NE(cuda_->algorithm_choices().find(line + "\n"), std::string::npos)
+        << "cuDNN offers no graph plan for a direction? " << cuda_->algorithm_choices();
+    const ConvResults a = run_conv(*cuda_, f, g), b = run_conv(*cuda_, f, g);
+    EXPECT_EQ(a.y, b.y);
+    EXPECT_EQ(a.dx, b.dx);
+    EXPECT_EQ(a.dweight, b.dweight);
+
+    cuda_->reuse_algorithm_choices(heading + key.str() + " = g99 g0 g0\n");
+    expect_conv_matches_native(*cuda_, native_, f, g);
+    EXPECT_EQ(cuda_->algorithm_choices().find(key.str() + " = g99"), std::string::npos);
+  }
 }
 
 TEST_P(CudaHalfConv, PoolingGivesNativesValuesAndMasks) {

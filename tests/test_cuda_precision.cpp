@@ -115,7 +115,8 @@ TEST_F(CudaTf32, GemmInEveryTransposition) {
 
 // A large C = alpha A^T B + beta C (a weight gradient's layout) transposes A and B first
 // (tf32_gemm.cu): sizes that are not multiples of the transposition's 32 x 32 tiles, and a
-// C that is added to.
+// C that is added to, within TF32's bound. (No evidence of TF32's rounding is asked: the
+// product's algorithm is chosen by timing, and at this size the fastest may run in FP32.)
 TEST_F(CudaTf32, LargeWeightGradientLayoutAddsToC) {
   const int64_t m = 520, n = 515, k = 300;
   const Op op = [&](Backend& be, const Inputs& in) {
@@ -125,7 +126,7 @@ TEST_F(CudaTf32, LargeWeightGradientLayoutAddsToC) {
   };
   const Inputs inputs = {random_values(k * m, 3), random_values(k * n, 4),
                          random_values(m * n, 5)};
-  EXPECT_GT(expect_tf32(run(*cuda_, inputs, op), k + 1), kTf32Evidence);
+  expect_tf32(run(*cuda_, inputs, op), k + 1);
 }
 
 TEST_F(CudaTf32, LinearForwardWithBiasAndRelu) {

@@ -500,6 +500,34 @@ TEST(NetDag, AZeroedGradientIsWrittenOnceThenAddedTo) {
   EXPECT_CLOSE(diff_of(w), axpy(1.0, once, Mat(6, 1.0)), 1e-6);
 }
 
+// Two Linears sharing a weight both add to its gradient, the first after zero_diff too.
+TEST(NetDag, ASharedZeroedGradientGetsBothUsersTerms) {
+  auto net = make_net(R"(
+    layer { name: "data" type: "Input" top: "x" top: "t"
+            input_param { shape { dim: 4 dim: 3 } shape { dim: 4 dim: 2 } } }
+    layer { name: "p" type: "Linear" bottom: "x" top: "p" param { name: "w" }
+            inner_product_param { num_output: 2 bias_term: false } }
+    layer { name: "q" type: "Linear" bottom: "x" top: "q" param { name: "w" }
+            inner_product_param { num_output: 2 bias_term: false } }
+    layer { name: "loss_p" type: "EuclideanLoss" bottom: "p" bottom: "t" top: "loss_p" }
+    layer { name: "loss_q" type: "EuclideanLoss" bottom: "q" bottom: "t" top: "loss_q" }
+  )");
+  const Mat w = {0.3, -0.6, 0.9, -0.4, 0.2, 0.7};  // (2, 3)
+  const Mat t = {0.5, -0.5, 1.0, 0.0, -1.0, 0.5, 0.2, 0.3};
+  param(*net, "p", 0).copy_data_from_host(to_float(w));
+  net->blob("x").copy_data_from_host(kX);
+  net->blob("t").copy_data_from_host(to_float(t));
+  net->arena().zero_diff();
+  net->forward();
+  net->backward();
+  const Mat x = to_double(kX);
+  Mat d_p;
+  euclidean(mul_abt(x, w, 4, 3, 2), t, 4, &d_p);
+  // Both layers compute the same product, so the shared gradient is twice one user's.
+  EXPECT_CLOSE(diff_of(param(*net, "p", 0)), axpy(1.0, mul_atb(d_p, x, 4, 2, 3),
+                                                  mul_atb(d_p, x, 4, 2, 3)), 1e-5);
+}
+
 TEST(NetDag, FanOutOfAnInPlaceLayersOutput) {
   // ip -> relu (in place, same blob) -> two losses: the split comes after the relu.
   auto net = make_net(R"(

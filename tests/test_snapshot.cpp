@@ -690,9 +690,9 @@ TEST(CudaGraphs, MnistMlpInFp16WithSkipsAndGrowthReplayedEqualsDirect) {
 
 // A device's convolution choices with the forward algorithm of every line that starts with
 // `word` ("conv" for FP32, "conv-tf32") swapped (0 <-> 1, both implicit GEMMs that cuDNN runs
-// for any geometry; a TF32 line's then in default math): as another process's timing might
-// have chosen. Lines of the other precision are left alone (the device's plans are shared by
-// the process's tests).
+// for any geometry; a TF32 line's then in default math; a graph API plan to 0): as another
+// process's timing might have chosen. Lines of the other precision are left alone (the
+// device's plans are shared by the process's tests).
 std::string other_forward_algorithms(const std::string& choices, const std::string& word) {
   std::istringstream in(choices);
   std::string line, out;
@@ -700,20 +700,29 @@ std::string other_forward_algorithms(const std::string& choices, const std::stri
     const size_t equals = line.find(" = ");
     if (line.rfind(word + " ", 0) == 0 && equals != std::string::npos) {
       std::istringstream algos(line.substr(equals + 3));
-      std::string forward, data, filter;  // "7", or "7t" for tensor-op math
+      std::string forward, data, filter;  // "7", "7t" for tensor-op math, "g2" graph API
       algos >> forward >> data >> filter;
-      line = line.substr(0, equals + 3) + (std::stoi(forward) == 0 ? "1" : "0") + " " + data +
-             " " + filter;
+      const bool zero = forward[0] != 'g' && std::stoi(forward) == 0;
+      line = line.substr(0, equals + 3) + (zero ? "1" : "0") + " " + data + " " + filter;
     }
     out += line + "\n";
   }
   return out;
 }
 
-// The same for the cuBLASLt products' lines ("gemm <10 key fields> = <candidate>",
+// The same for the cuBLASLt products' lines ("gemm <11 key fields> = <candidate> <list>",
 // lt_matmul.cu) of one precision (the key's math: 0 FP32, 1 TF32; its A and B type: 0 FP32,
-// 14 BF16, 2 FP16): candidate 0 <-> 1, others to 0. A candidate the product lacks is
-// ignored.
+// 14 BF16, 2 FP16): candidate 0 <-> 1, others to 0. A candidate the product lacks makes it
+// time its candidates again.
+// The "gemm ..." lines of a device's choices.
+std::string gemm_lines(const std::string& choices) {
+  std::istringstream in(choices);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (line.rfind("gemm ", 0) == 0) out += line + "\n";
+  return out;
+}
+
 std::string other_gemm_algorithms(const std::string& choices, Precision precision) {
   const std::string math = precision == TF32 ? "1" : "0";
   const std::string ab = precision == BF16 ? "14" : precision == FP16 ? "2" : "0";
@@ -722,8 +731,8 @@ std::string other_gemm_algorithms(const std::string& choices, Precision precisio
   while (std::getline(in, line)) {
     std::istringstream words(line);
     std::vector<std::string> w{std::istream_iterator<std::string>(words), {}};
-    if (w.size() == 13 && w[0] == "gemm" && w[8] == math && w[9] == ab && w[11] == "=") {
-      w[12] = w[12] == "0" ? "1" : "0";
+    if (w.size() == 15 && w[0] == "gemm" && w[8] == math && w[9] == ab && w[12] == "=") {
+      w[13] = w[13] == "0" ? "1" : "0";
       line.clear();
       for (const std::string& word : w) line += (line.empty() ? "" : " ") + word;
     }
@@ -773,6 +782,8 @@ void expect_exact_resume(const std::string& model, Backend& backend, bool other_
     backend.reuse_algorithm_choices(
         other_gemm_algorithms(other_forward_algorithms(chosen, word), precision));
     ASSERT_NE(backend.algorithm_choices(), chosen) << "the choices did not change";
+    EXPECT_NE(gemm_lines(backend.algorithm_choices()), gemm_lines(chosen))
+        << "the cuBLASLt choices did not change";
   }
   Solver resumed(m.solver, m.net, backend, m.net_path);
   resumed.restore(state);

@@ -39,10 +39,11 @@ struct Param {
   // is a sum that other layers' operations add to, which must then stay on the main lane
   // (Backend::to_side_lane).
   bool shared = false;
-  // Set by the net before each backward pass (Net::backward): the gradient was zeroed
-  // (ParamArena::zero_diff) and nothing has added to it since, and no other layer uses the
-  // parameter, so backward_params may write the gradient with = instead of adding to zeros
-  // (a product with beta 0 does not read it: the Linear's weight gradient). False elsewhere.
+  // Set by the net for one backward pass (Net::backward, cleared when it ends): the gradient
+  // was zeroed (ParamArena::zero_diff) and nothing has added to it since, and no other layer
+  // uses the parameter, so backward_params may write the gradient with = instead of adding
+  // to zeros (a product with beta 0 does not read it: the Linear's weight gradient). False
+  // outside such a pass (layer by layer calls, the gradient checker).
   bool diff_zeroed = false;
 };
 

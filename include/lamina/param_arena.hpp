@@ -59,7 +59,7 @@ class ParamArena {
   // Whether the gradients are zero from zero_diff() with no backward pass since (Net::backward
   // takes it: the pass's layers may then write their unshared gradients with =). Another
   // write into diff() between zero_diff() and the backward pass must call
-  // gradients_written().
+  // gradients_written() (from_host into diff() does).
   bool take_diff_zeroed() { return std::exchange(diff_zeroed_, false); }
   void gradients_written() { diff_zeroed_ = false; }
 

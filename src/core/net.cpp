@@ -63,15 +63,24 @@ void Net::backward(const std::function<void(int)>& params_done) {
     else
       backend_.fill(1, loss_blobs_[k].second, diff);
   }
-  // Gradients zeroed since the last pass may be written with = by their one user.
-  const bool zeroed = arena_->take_diff_zeroed();
-  for (int i = 0; i < num_layers(); ++i)
-    for (Param& p : layers_[i]->params()) p.diff_zeroed = zeroed && !p.shared;
-  // Layers may compute parameter gradients on the side lane (Backend::open_side_lane); the
-  // pass ends with everything joined, so the update and any read see them.
-  SideLaneScope lanes(backend_);
-  for (int i = num_layers() - 1; i >= 0; --i) backward_layer(i, params_done);
-  lanes.close();
+  // Gradients zeroed since the last pass may be written with = by their one user, in this
+  // pass only.
+  auto mark = [this](bool zeroed) {
+    for (int i = 0; i < num_layers(); ++i)
+      for (Param& p : layers_[i]->params()) p.diff_zeroed = zeroed && !p.shared;
+  };
+  mark(arena_->take_diff_zeroed());
+  try {
+    // Layers may compute parameter gradients on the side lane (Backend::open_side_lane); the
+    // pass ends with everything joined, so the update and any read see them.
+    SideLaneScope lanes(backend_);
+    for (int i = num_layers() - 1; i >= 0; --i) backward_layer(i, params_done);
+    lanes.close();
+  } catch (...) {
+    mark(false);
+    throw;
+  }
+  mark(false);
 }
 
 float Net::loss() {

@@ -124,6 +124,7 @@ std::vector<float> ParamArena::to_host(const float* array) const {
 }
 
 void ParamArena::from_host(const std::vector<float>& values, float* array) {
+  if (array == diff()) gradients_written();
   CHECK_EQ(int64_t(values.size()), count_) << "arena copy of the wrong size";
   if (count_ > 0) backend_.copy_from_host(sizeof(float) * count_, values.data(), array);
 }

@@ -97,11 +97,13 @@ class CudaContext {
   // A collective's kernels need SMs of their own to run beside the backward pass: a GEMM
   // issued before them takes every SM for its wave of tiles, and they would wait for it.
   // leave_sms(sms) makes both lanes' cuBLAS calls target all SMs but sms
-  // (cublasSetSmCountTarget) until the next join_collective_lane; a captured step keeps
-  // the launches as made. cuBLASLt and cuDNN calls (forward products, convolutions) are not
-  // limited. collective_sms() is what the collectives get: an eighth of the SMs (16 of an
+  // (cublasSetSmCountTarget; cuBLASLt's products through blas_sm_target) until the next
+  // join_collective_lane; a captured step keeps the launches as made. cuDNN's convolutions
+  // are not limited. collective_sms() is what the collectives get: an eighth of the SMs (16 of an
   // H200's 132), the CTAs NCCL is given.
   void leave_sms(int sms);
+  // The SMs leave_sms left cuBLAS (0: all), which cuBLASLt products target too (lt_matmul.cu).
+  int blas_sm_target() const { return blas_sms_; }
   int collective_sms() const { return std::max(1, properties_.multiProcessorCount / 8); }
 
   // At least bytes of the lane's device scratch memory, valid until the next call on the

@@ -206,7 +206,12 @@ void* workspace_for(CudaContext& context, const Choice& choice) {
 bool dnn_forward(CudaContext& context, const ConvGeometry& g, ConvMode mode, const void* x,
                  const void* weight, void* y) {
   const ConvPlan& plan = plan_for(context, g, mode);
-  if (plan.forward.algo < 0) return false;
+  if (!plan.forward.in_cudnn()) return false;
+  if (plan.forward.graph) {
+    plan.forward.graph->run(context.dnn(), const_cast<void*>(x), const_cast<void*>(weight), y,
+                            workspace_for(context, plan.forward));
+    return true;
+  }
   const float one = 1.0f, zero = 0.0f;
   LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.forward.math));
   LAMINA_CUDNN_CHECK(cudnnConvolutionForward(
@@ -220,7 +225,13 @@ bool dnn_forward(CudaContext& context, const ConvGeometry& g, ConvMode mode, con
 bool dnn_backward_data(CudaContext& context, const ConvGeometry& g, ConvMode mode,
                        const void* weight, const void* dy, void* dx) {
   const ConvPlan& plan = plan_for(context, g, mode);
-  if (plan.backward_data.algo < 0) return false;
+  if (!plan.backward_data.in_cudnn()) return false;
+  if (plan.backward_data.graph) {
+    plan.backward_data.graph->run(context.dnn(), dx, const_cast<void*>(weight),
+                                  const_cast<void*>(dy),
+                                  workspace_for(context, plan.backward_data));
+    return true;
+  }
   const float one = 1.0f, zero = 0.0f;
   LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_data.math));
   LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardData(
@@ -238,7 +249,7 @@ bool dnn_backward_filter(CudaContext& context, const ConvGeometry& g, ConvMode m
                          const void* x, const void* dy, float* dweight,
                          const uint16_t** half_gradient) {
   const ConvPlan& plan = plan_for(context, g, mode);
-  if (plan.backward_filter.algo < 0) return false;
+  if (!plan.backward_filter.in_cudnn()) return false;
   const bool half = element_bytes(mode) == 2;
   const size_t offset = filter_gradient_offset(plan.backward_filter);
   char* workspace = static_cast<char*>(
@@ -246,6 +257,11 @@ bool dnn_backward_filter(CudaContext& context, const ConvGeometry& g, ConvMode m
                              : plan.backward_filter.workspace));
   void* gradient = half ? static_cast<void*>(workspace + offset) : dweight;
   if (half) *half_gradient = static_cast<const uint16_t*>(gradient);
+  if (plan.backward_filter.graph) {  // 16-bit modes only: written with beta 0
+    plan.backward_filter.graph->run(context.dnn(), const_cast<void*>(x), gradient,
+                                    const_cast<void*>(dy), workspace);
+    return true;
+  }
   const float one = 1.0f, beta = half ? 0.0f : 1.0f;
   LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_filter.math));
   LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(

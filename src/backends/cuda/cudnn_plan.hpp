@@ -14,6 +14,7 @@
 
 #include "backends/cuda/conv_mode.hpp"
 #include "backends/cuda/cuda_context.hpp"
+#include "backends/cuda/cudnn_graph.hpp"
 #include "backends/cuda/cudnn_check.hpp"
 #include "lamina/backend.hpp"
 
@@ -80,13 +81,18 @@ inline bool runs_in(cudnnMathType_t type, ConvMode mode) {
 // device memory free when the geometry is planned.
 constexpr size_t kMaxAlgorithmWorkspace = size_t{1} << 30;
 
-// One direction's chosen algorithm; algo < 0: none, run by im2col + cuBLAS. Its math type is
-// set on the plan's descriptor before each call.
+// One direction's chosen algorithm: a legacy algorithm (algo, its math type set on the plan's
+// descriptor before each call), or a graph API plan (graph, the graph_index-th of
+// graph_plans'); neither: run by im2col + cuBLAS.
 struct Choice {
   int algo = -1;
   cudnnMathType_t math = CUDNN_FMA_MATH;
   size_t workspace = 0;  // bytes
   bool deterministic = true;
+  float time_ms = -1;  // as timed when it was chosen; -1: not timed
+  std::shared_ptr<GraphPlan> graph;
+  int graph_index = -1;
+  bool in_cudnn() const { return graph != nullptr || algo >= 0; }
 };
 
 // Descriptors and chosen algorithms of one ConvGeometry in one ConvMode.
@@ -106,12 +112,15 @@ inline GeometryKey key_of(const ConvGeometry& g, ConvMode mode) {
           g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w, static_cast<int64_t>(mode)};
 }
 
-// One direction's algorithm and math type as a solver state keeps it.
+// One direction's algorithm and math type as a solver state keeps it, or its graph API plan
+// (graph >= 0: the index among graph_plans').
 struct Algorithm {
   int algo;
   cudnnMathType_t math;
+  int graph = -1;
   // -1 (im2col) is the same whatever math type it was written with.
   bool operator==(const Algorithm& o) const {
+    if (graph >= 0 || o.graph >= 0) return graph == o.graph;
     return algo == o.algo && (algo == -1 || math == o.math);
   }
 };
@@ -119,9 +128,11 @@ struct Algorithm {
 using ConvAlgorithms = std::array<Algorithm, 3>;
 
 inline ConvAlgorithms algorithms_of(const ConvPlan& plan) {
-  return {Algorithm{plan.forward.algo, plan.forward.math},
-          Algorithm{plan.backward_data.algo, plan.backward_data.math},
-          Algorithm{plan.backward_filter.algo, plan.backward_filter.math}};
+  return {Algorithm{plan.forward.algo, plan.forward.math, plan.forward.graph_index},
+          Algorithm{plan.backward_data.algo, plan.backward_data.math,
+                    plan.backward_data.graph_index},
+          Algorithm{plan.backward_filter.algo, plan.backward_filter.math,
+                    plan.backward_filter.graph_index}};
 }
 
 // Every plan made on the device, by geometry. Never destroyed, like the context that holds

@@ -58,7 +58,7 @@ Choice choose(const std::vector<Perf>& ranked, ConvMode mode, size_t limit,
       size_t bytes = 0;
       if (workspace_of(perf.algo, perf.mathType, &bytes) != CUDNN_STATUS_SUCCESS) continue;
       if (bytes > limit) continue;
-      return {static_cast<int>(perf.algo), perf.mathType, bytes, deterministic};
+      return {static_cast<int>(perf.algo), perf.mathType, bytes, deterministic, perf.time};
     }
   }
   return {};
@@ -170,6 +170,16 @@ void time_algorithms(std::vector<Perf>& order, Find find) {
   order = std::move(timed);
 }
 
+// The index-th of plans as a choice.
+Choice graph_choice(const std::vector<std::shared_ptr<GraphPlan>>& plans, int index, float ms) {
+  Choice c;
+  c.workspace = plans[index]->workspace();
+  c.time_ms = ms;
+  c.graph = plans[index];
+  c.graph_index = index;
+  return c;
+}
+
 }  // namespace
 
 void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvMode mode,
@@ -230,14 +240,23 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvMode 
   // The solver state's algorithms, where cuDNN takes them; the others are chosen anew.
   std::optional<Choice> kept[3];
   if (remembered != nullptr) {
-    kept[0] = remembered_choice<cudnnConvolutionFwdAlgo_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
-        (*remembered)[0], mode, limit, forward_workspace);
-    kept[1] =
-        remembered_choice<cudnnConvolutionBwdDataAlgo_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
-            (*remembered)[1], mode, limit, data_workspace);
-    kept[2] = remembered_choice<cudnnConvolutionBwdFilterAlgo_t,
-                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>((*remembered)[2], mode,
-                                                                         limit, filter_workspace);
+    for (int d = 0; d < 3; ++d) {
+      const int index = (*remembered)[d].graph;
+      if (index < 0) continue;
+      auto plans = graph_plans(handle, g, mode, static_cast<ConvDirection>(d), limit);
+      if (index < static_cast<int>(plans.size())) kept[d] = graph_choice(plans, index, -1);
+    }
+    if ((*remembered)[0].graph < 0)
+      kept[0] = remembered_choice<cudnnConvolutionFwdAlgo_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+          (*remembered)[0], mode, limit, forward_workspace);
+    if ((*remembered)[1].graph < 0)
+      kept[1] = remembered_choice<cudnnConvolutionBwdDataAlgo_t,
+                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>((*remembered)[1], mode,
+                                                                         limit, data_workspace);
+    if ((*remembered)[2].graph < 0)
+      kept[2] = remembered_choice<cudnnConvolutionBwdFilterAlgo_t,
+                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+          (*remembered)[2], mode, limit, filter_workspace);
     if (kept[0] && kept[1] && kept[2]) {
       plan.forward = *kept[0];
       plan.backward_data = *kept[1];
@@ -307,12 +326,29 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvMode 
   if (!kept[1]) warn_about(plan.backward_data, mode, "backward-data", g);
   plan.backward_filter = kept[2] ? *kept[2] : choose(filter, mode, limit, filter_workspace);
   if (!kept[2]) warn_about(plan.backward_filter, mode, "backward-filter", g);
+
+  // The graph API's plans, timed on the same arrays, replace a legacy choice they beat.
+  if (arrays.x == nullptr) return;
+  Choice* choices[3] = {&plan.forward, &plan.backward_data, &plan.backward_filter};
+  for (int d = 0; d < 3; ++d) {
+    if (kept[d]) continue;
+    auto plans = graph_plans(handle, g, mode, static_cast<ConvDirection>(d), limit);
+    const auto [best, ms] = fastest_graph_plan(handle, plans, arrays.x, arrays.w, arrays.y);
+    const Choice& legacy = *choices[d];
+    if (best >= 0 && (!legacy.in_cudnn() || legacy.time_ms < 0 || ms < legacy.time_ms)) {
+      VLOG(1) << mode_name(mode) << " convolution " << describe(g) << ": direction " << d
+              << " runs cuDNN graph engine configuration " << best << " (" << ms
+              << " ms) instead of legacy algorithm " << legacy.algo << " (" << legacy.time_ms
+              << " ms)";
+      *choices[d] = graph_choice(plans, best, ms);
+    }
+  }
 }
 
 // "conv n c h w k kh kw stride_h stride_w pad_h pad_w dilation_h dilation_w groups out_h out_w
 // = forward backward-data backward-filter", a line per planned geometry; "conv-tf32 ...",
 // "conv-bf16 ..." and "conv-fp16 ..." for the other modes, whose algorithms carry a "t" where
-// they run in tensor-op math.
+// they run in tensor-op math; "g<i>" names a 16-bit mode's graph API plan (cudnn_graph.hpp).
 constexpr const char* kChoiceWord[] = {"conv", "conv-tf32", "conv-bf16", "conv-fp16"};
 static_assert(std::size(kChoiceWord) == static_cast<size_t>(ConvMode::kFP16) + 1,
               "a word per ConvMode, in its order");
@@ -324,8 +360,13 @@ std::string conv_choices(CudaContext& context) {
     out << kChoiceWord[key.back()];
     for (size_t i = 0; i + 1 < key.size(); ++i) out << ' ' << key[i];
     out << " =";
-    for (const Choice* c : {&plan->forward, &plan->backward_data, &plan->backward_filter})
-      out << ' ' << c->algo << (c->math == CUDNN_TENSOR_OP_MATH ? "t" : "");
+    for (const Choice* c : {&plan->forward, &plan->backward_data, &plan->backward_filter}) {
+      if (c->graph) {
+        out << " g" << c->graph_index;
+      } else {
+        out << ' ' << c->algo << (c->math == CUDNN_TENSOR_OP_MATH ? "t" : "");
+      }
+    }
     out << '\n';
   }
   return out.str();
@@ -346,9 +387,22 @@ bool reuse_conv_choice(CudaContext& context, const std::string& line) {
   if (found == word_end) return false;
   const auto mode = static_cast<ConvMode>(found - std::begin(kChoiceWord));
   key.back() = static_cast<int64_t>(mode);
-  // "7": the algorithm in the mode's plain math (plain_math); "7t": in tensor-op math.
+  // "7": the algorithm in the mode's plain math (plain_math); "7t": in tensor-op math; "g2":
+  // the graph API's plan 2 (16-bit modes).
   for (int i = 0; i < 3; ++i) {
     size_t used = 0;
+    if (tokens[i].size() > 1 && tokens[i][0] == 'g') {
+      if (mode != ConvMode::kBF16 && mode != ConvMode::kFP16) return false;
+      try {
+        algorithms[i].graph = std::stoi(tokens[i].substr(1), &used);
+      } catch (const std::exception&) {
+        return false;
+      }
+      if (used + 1 != tokens[i].size() || algorithms[i].graph < 0) return false;
+      algorithms[i].algo = -1;
+      algorithms[i].math = plain_math(mode);
+      continue;
+    }
     try {
       algorithms[i].algo = std::stoi(tokens[i], &used);
     } catch (const std::exception&) {

@@ -3,6 +3,8 @@
 // more than 128 rows), with y, dy and dz in FP32 or in 16 bits (half_storage.cuh); db is
 // FP32 either way. A 16-bit dz is exact (dy or 0 dy), and the sums add the 16-bit values
 // exactly as read, in FP32.
+#include <algorithm>
+
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/half_storage.cuh"
@@ -20,7 +22,7 @@ namespace {
 // tree, no atomics: the same bits every run. (A block per 32 columns alone gave 128 blocks
 // for 4096 columns, too few loads in flight: 66 us for 1024 x 4096 BF16 values.)
 constexpr int kColumns = 32, kRowThreads = 8, kRowUnroll = 4;
-constexpr int64_t kRowsPerPart = 128;
+constexpr int64_t kRowsPerPart = 128, kMaxParts = 65535;
 
 template <class S>
 __global__ void linear_bias_backward_kernel(int64_t rows, int64_t n, int64_t rows_per_part,
@@ -79,14 +81,16 @@ template <class S>
 void launch(CudaContext& context, cudaStream_t s, int64_t rows, int64_t n,
             const typename S::Stored* y, const typename S::Stored* dy, typename S::Stored* dz,
             float* db) {
-  const int64_t parts = (rows + kRowsPerPart - 1) / kRowsPerPart;
+  // At most kMaxParts parts (a grid's y extent): more rows per part beyond 8 million rows.
+  const int64_t rows_per_part = std::max(kRowsPerPart, (rows + kMaxParts - 1) / kMaxParts);
+  const int64_t parts = (rows + rows_per_part - 1) / rows_per_part;
   float* out = db;
   if (parts > 1 && db != nullptr)
     out = static_cast<float*>(context.workspace(sizeof(float) * parts * n));
   const dim3 block(kColumns, kRowThreads);
   const dim3 grid(static_cast<unsigned>((n + kColumns - 1) / kColumns),
                   static_cast<unsigned>(parts));
-  linear_bias_backward_kernel<S><<<grid, block, 0, s>>>(rows, n, kRowsPerPart, y, dy, dz, out);
+  linear_bias_backward_kernel<S><<<grid, block, 0, s>>>(rows, n, rows_per_part, y, dy, dz, out);
   LAMINA_CUDA_LAUNCHED(linear_bias_backward_kernel);
   if (out == db) return;
   bias_parts_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(n, parts, out, db);

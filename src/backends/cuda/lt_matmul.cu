@@ -1,5 +1,6 @@
-// cuBLASLt matmuls with plans made once per shape: the fused Linear (linear.cu), the 16-bit
-// products (half_gemm.cu) and TF32's (cuda_backend.cpp). A plan holds the descriptors and
+// cuBLASLt matmuls with plans made once per shape and SM target (CudaContext::leave_sms):
+// the fused Linear (linear.cu), the 16-bit products (half_gemm.cu) and TF32's
+// (tf32_gemm.cu). A plan holds the descriptors and
 // up to kCandidates algorithms from cuBLASLt's heuristic, all of which fit the shared cuBLAS
 // workspace and reduce without atomics (so results are bit-identical run to run); with a
 // 16-bit D they also exclude split sums kept in D's type, so D is rounded once from the FP32
@@ -7,13 +8,15 @@
 // (with D on scratch memory), timed once when the plan is made: on an H200 the heuristic's
 // first candidate for a BF16 4096 x 4096 x 1024 weight gradient took 83 us, its third 67.
 // Different candidates may round differently, so the choices are kept in the solver state
-// ("gemm ..." lines, lt_choices) and a resumed run takes them instead of timing again.
+// ("gemm ..." lines, lt_choices: the candidate's index and a fingerprint of the list it is
+// in) and a resumed run takes them instead of timing again where its list is the same.
 // Where cuBLASLt offers no algorithm the plan says so and the caller runs the product
 // another way.
 #include <cublasLt.h>
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -21,6 +24,7 @@
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/device_timer.hpp"
 #include "backends/cuda/lt_matmul.hpp"
 
 namespace lamina::cuda_detail {
@@ -31,6 +35,7 @@ struct LtPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's order; empty: none
+  uint64_t list = 0;                              // fingerprint of candidates (list_of)
   int chosen = -1;                                // into candidates; -1: not chosen yet
   ~LtPlan() {
     if (op) cublasLtMatmulDescDestroy(op);
@@ -42,7 +47,9 @@ struct LtPlan {
 struct LtPlans {
   cublasLtHandle_t handle = nullptr;
   std::map<LtKey, std::unique_ptr<LtPlan>> by_key;
-  std::map<LtKey, int> remembered;  // choices from a solver state (reuse_lt_choice)
+  // Choices from a solver state (reuse_lt_choice): a candidate's index in a list with that
+  // fingerprint.
+  std::map<LtKey, std::pair<int, uint64_t>> remembered;
 };
 
 LtPlans& CudaContext::lt_plans() {
@@ -78,6 +85,22 @@ cublasStatus_t prefer(cublasLtMatmulPreference_t preference,
 
 cublasOperation_t lt_op(bool transposed) { return transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+// A fingerprint of the candidates (FNV-1a over their opaque data): a solver state's index
+// names the same algorithm only in a list with the same fingerprint (the same cuBLASLt, GPU
+// and preferences).
+uint64_t list_of(const std::vector<cublasLtMatmulAlgo_t>& candidates) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const cublasLtMatmulAlgo_t& algo : candidates) {
+    for (uint64_t word : algo.data) {
+      for (int byte = 0; byte < 8; ++byte) {
+        hash ^= (word >> (8 * byte)) & 0xff;
+        hash *= 1099511628211ull;
+      }
+    }
+  }
+  return hash;
+}
+
 // "FP32", "TF32", "BF16", "FP16": the arithmetic of a plan, for messages.
 const char* arithmetic_name(const LtKey& key) {
   if (key.ab == CUDA_R_16BF) return "BF16";
@@ -93,6 +116,8 @@ std::unique_ptr<LtPlan> make_plan(cublasLtHandle_t handle, const LtKey& key) {
   set(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, lt_op(key.trans_a));
   set(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, lt_op(key.trans_b));
   set(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, key.epilogue);  // a bias has D's type
+  if (key.sm_target > 0)
+    set(plan->op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, static_cast<int32_t>(key.sm_target));
   // Column-major, as stored: A is m x k (k x m transposed), B k x n (n x k), D m x n.
   const auto [a_rows, a_cols] = key.trans_a ? std::pair{key.k, key.m} : std::pair{key.m, key.k};
   const auto [b_rows, b_cols] = key.trans_b ? std::pair{key.n, key.k} : std::pair{key.k, key.n};
@@ -127,6 +152,7 @@ std::unique_ptr<LtPlan> make_plan(cublasLtHandle_t handle, const LtKey& key) {
     return plan;  // not available
   LAMINA_CUBLAS_CHECK(status);
   for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
+  plan->list = list_of(plan->candidates);
   return plan;
 }
 
@@ -145,30 +171,24 @@ int fastest(CudaContext& context, cublasLtHandle_t handle, const LtKey& key, con
             const void* a, const void* b, float beta, cudaStream_t s) {
   if (plan.candidates.size() == 1) return 0;
   const size_t d_bytes = static_cast<size_t>(key.m * key.n) * (key.d == CUDA_R_32F ? 4 : 2);
-  void* d = nullptr;
-  if (cudaMalloc(&d, d_bytes) != cudaSuccess) {
-    cudaGetLastError();  // clears the error
+  ScratchMemory d(d_bytes);
+  if (d.get() == nullptr) {
     LOG(WARNING) << "no device memory to time cuBLASLt's algorithms for a " << key.m << "x"
                  << key.k << " by " << key.k << "x" << key.n << " product; it takes the first";
     return 0;
   }
-  LAMINA_CUDA_CHECK(cudaMemsetAsync(d, 0, d_bytes, s));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  LAMINA_CUDA_CHECK(cudaEventCreate(&start));
-  LAMINA_CUDA_CHECK(cudaEventCreate(&stop));
+  LAMINA_CUDA_CHECK(cudaMemsetAsync(d.get(), 0, d_bytes, s));
+  DeviceTimer timer(s);
   constexpr int kRuns = 5;
   int best = 0;
   float best_ms = 0;
   for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
     const cublasLtMatmulAlgo_t& algo = plan.candidates[i];
-    run(handle, plan, algo, 1.0f, a, b, beta, d, context.blas_workspace(), s);
-    LAMINA_CUDA_CHECK(cudaEventRecord(start, s));
+    run(handle, plan, algo, 1.0f, a, b, beta, d.get(), context.blas_workspace(), s);
+    timer.start();
     for (int r = 0; r < kRuns; ++r)
-      run(handle, plan, algo, 1.0f, a, b, beta, d, context.blas_workspace(), s);
-    LAMINA_CUDA_CHECK(cudaEventRecord(stop, s));
-    LAMINA_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    LAMINA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      run(handle, plan, algo, 1.0f, a, b, beta, d.get(), context.blas_workspace(), s);
+    const float ms = timer.stop();
     VLOG(2) << "cuBLASLt candidate " << i << " for " << key.m << "x" << key.k << " by "
             << key.k << "x" << key.n << ": " << ms * 1000 / kRuns << " us";
     if (i == 0 || ms < 0.98f * best_ms) {
@@ -176,17 +196,16 @@ int fastest(CudaContext& context, cublasLtHandle_t handle, const LtKey& key, con
       best_ms = ms;
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFree(d);
   return best;
 }
 
 }  // namespace
 
-bool CudaBackend::lt_matmul(const LtKey& key, float alpha, const void* a, const void* b,
+bool CudaBackend::lt_matmul(const LtKey& product, float alpha, const void* a, const void* b,
                             const float* bias, float beta, void* d) {
   const cudaStream_t s = on_device();
+  LtKey key = product;
+  key.sm_target = context_.blas_sm_target();
   LtPlans& plans = context_.lt_plans();
   auto found = plans.by_key.find(key);
   if (found == plans.by_key.end()) {
@@ -203,25 +222,34 @@ bool CudaBackend::lt_matmul(const LtKey& key, float alpha, const void* a, const 
   if (plan.chosen < 0) {
     context_.require_not_capturing("timing a cuBLASLt product's algorithms");
     const auto remembered = plans.remembered.find(key);
-    plan.chosen = remembered != plans.remembered.end() &&
-                          remembered->second < static_cast<int>(plan.candidates.size())
-                      ? remembered->second
-                      : fastest(context_, plans.handle, key, plan, a, b, beta, s);
+    if (remembered != plans.remembered.end()) {
+      const auto [index, list] = remembered->second;
+      if (list == plan.list && index < static_cast<int>(plan.candidates.size())) {
+        plan.chosen = index;
+      } else {
+        LOG(WARNING) << "The solver state's algorithm for a cuBLASLt product of " << key.m
+                     << "x" << key.k << " by " << key.k << "x" << key.n << " is not among "
+                     << "this cuBLASLt's candidates; timing them anew (the resumed run may "
+                     << "differ from the interrupted one in the last bits)";
+      }
+    }
+    if (plan.chosen < 0) plan.chosen = fastest(context_, plans.handle, key, plan, a, b, beta, s);
   }
   run(plans.handle, plan, plan.candidates[plan.chosen], alpha, a, b, beta, d,
       context_.blas_workspace(), s);
   return true;
 }
 
-// "gemm <trans_a> <trans_b> <m> <n> <k> <epilogue> <align> <math> <ab> <d> = <candidate>"
+// "gemm <trans_a> <trans_b> <m> <n> <k> <epilogue> <align> <math> <ab> <d> <sm_target> =
+// <candidate> <fingerprint of the candidates, hex>"
 std::string lt_choices(CudaContext& context) {
   std::ostringstream out;
   for (const auto& [key, plan] : context.lt_plans().by_key) {
     if (plan->chosen < 0) continue;
     out << "gemm " << key.trans_a << ' ' << key.trans_b << ' ' << key.m << ' ' << key.n << ' '
         << key.k << ' ' << key.epilogue << ' ' << key.align << ' '
-        << static_cast<int>(key.math) << ' ' << key.ab << ' ' << key.d << " = " << plan->chosen
-        << '\n';
+        << static_cast<int>(key.math) << ' ' << key.ab << ' ' << key.d << ' ' << key.sm_target
+        << " = " << plan->chosen << ' ' << std::hex << plan->list << std::dec << '\n';
   }
   return out.str();
 }
@@ -231,8 +259,9 @@ bool reuse_lt_choice(CudaContext& context, const std::string& line) {
   std::string word, equals;
   LtKey key;
   int epilogue = 0, math = 0, ab = 0, d = 0, chosen = -1;
+  uint64_t list = 0;
   in >> word >> key.trans_a >> key.trans_b >> key.m >> key.n >> key.k >> epilogue >> key.align >>
-      math >> ab >> d >> equals >> chosen;
+      math >> ab >> d >> key.sm_target >> equals >> chosen >> std::hex >> list;
   if (!in || word != "gemm" || equals != "=" || chosen < 0 || math < 0 || math > 1 ||
       !(in >> std::ws).eof())
     return false;
@@ -241,11 +270,15 @@ bool reuse_lt_choice(CudaContext& context, const std::string& line) {
   key.ab = static_cast<cudaDataType_t>(ab);
   key.d = static_cast<cudaDataType_t>(d);
   LtPlans& plans = context.lt_plans();
-  plans.remembered[key] = chosen;
-  // A plan made already runs the remembered candidate from its next call.
+  plans.remembered[key] = {chosen, list};
+  // A plan made already runs the remembered candidate from its next call, or is timed again
+  // at its next call when the candidate is not its to run.
   const auto made = plans.by_key.find(key);
-  if (made != plans.by_key.end() && chosen < static_cast<int>(made->second->candidates.size()))
-    made->second->chosen = chosen;
+  if (made != plans.by_key.end() && !made->second->candidates.empty()) {
+    LtPlan& plan = *made->second;
+    const bool same = list == plan.list && chosen < static_cast<int>(plan.candidates.size());
+    plan.chosen = same ? chosen : -1;
+  }
   return true;
 }
 

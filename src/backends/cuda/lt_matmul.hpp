@@ -1,7 +1,8 @@
 // The key of a cuBLASLt product (lt_matmul.cu), column-major as cuBLASLt sees it:
 // D (m, n) = op(A) (m, k) op(B) (k, n), with an epilogue, every pointer aligned to `align`
 // bytes (alignment_of), the product in `math` (kFP32 for 16-bit A and B), A and B of type
-// ab and D of type d. Row-major callers pass their operands swapped, as gemm does.
+// ab and D of type d, on sm_target SMs. Row-major callers pass their operands swapped, as
+// gemm does.
 #pragma once
 
 #include <cublasLt.h>
@@ -21,8 +22,11 @@ struct LtKey {
   int align = 256;
   Math math = Math::kFP32;
   cudaDataType_t ab = CUDA_R_32F, d = CUDA_R_32F;
+  int sm_target = 0;  // the SMs it may use (CudaContext::leave_sms), 0: all; set by lt_matmul
 
-  auto tied() const { return std::tie(trans_a, trans_b, m, n, k, epilogue, align, math, ab, d); }
+  auto tied() const {
+    return std::tie(trans_a, trans_b, m, n, k, epilogue, align, math, ab, d, sm_target);
+  }
   bool operator<(const LtKey& other) const { return tied() < other.tied(); }
 };
 

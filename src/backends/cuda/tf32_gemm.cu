@@ -8,7 +8,9 @@
 // with both operands transposed (C = A' B'^T, the sum along rows, as a Linear's forward
 // reads). For large products A and B are first transposed into the workspace (one pass over
 // k (m + n) floats each way, about 20 us for that shape), then multiplied in that layout.
-// The rule depends on the shape only, so the same call takes the same path every run.
+// The rule depends on the shape, and on whether an operand lies in the workspace (then it
+// does not transpose), both fixed for a call site: the same call takes the same path every
+// run.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
@@ -42,10 +44,16 @@ void transpose(cudaStream_t s, int64_t rows, int64_t cols, const float* in, floa
   LAMINA_CUDA_LAUNCHED(transpose_kernel);
 }
 
+// The transposed copies: A's at the workspace's start, B's after it at a 256-byte boundary.
+int64_t b_offset(int64_t m, int64_t k) { return (m * k + 63) / 64 * 64; }  // floats
+
 // Large enough that transposing costs less than it saves (both operands at least 512 wide,
-// a sum of at least 256 terms), and within the grid's 65535 tiles down a column.
+// a sum of at least 256 terms), small enough that the copies take at most 256 MB of
+// workspace, and within the grid's 65535 tiles down a column.
 bool transpose_first(int64_t m, int64_t n, int64_t k) {
-  return m >= 512 && n >= 512 && k >= 256 && k <= int64_t{65535} * kTile;
+  constexpr int64_t kMaxCopyBytes = int64_t{256} << 20;
+  return m >= 512 && n >= 512 && k >= 256 && k <= int64_t{65535} * kTile &&
+         int64_t{sizeof(float)} * (b_offset(m, k) + n * k) <= kMaxCopyBytes;
 }
 
 }  // namespace
@@ -56,8 +64,8 @@ void CudaBackend::tf32_gemm(Transpose trans_a, Transpose trans_b, int64_t m, int
   const cudaStream_t s = on_device();
   if (trans_a == Transpose::kYes && trans_b == Transpose::kNo && transpose_first(m, n, k) &&
       !context_.in_workspace(a) && !context_.in_workspace(b) && !context_.in_workspace(c)) {
-    float* a_t = static_cast<float*>(context_.workspace(sizeof(float) * k * (m + n)));
-    float* b_t = a_t + m * k;
+    float* a_t = static_cast<float*>(context_.workspace(sizeof(float) * (b_offset(m, k) + n * k)));
+    float* b_t = a_t + b_offset(m, k);
     transpose(s, k, m, a, a_t);  // (m, k)
     transpose(s, k, n, b, b_t);  // (n, k)
     return tf32_gemm(Transpose::kNo, Transpose::kYes, m, n, k, alpha, a_t, b_t, beta, c);

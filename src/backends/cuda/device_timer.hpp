@@ -1,0 +1,61 @@
+// Timing candidate algorithms on the device (lt_matmul.cu, cudnn_graph.cpp): scratch memory
+// and an event pair that free themselves, so an error thrown while timing leaks nothing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "backends/cuda/cuda_check.hpp"
+
+namespace lamina::cuda_detail {
+
+// bytes of device memory, or none (get() null) when they are not there: the allocation
+// error is cleared, and the caller goes without.
+class ScratchMemory {
+ public:
+  explicit ScratchMemory(size_t bytes) {
+    if (bytes > 0 && cudaMalloc(&p_, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      p_ = nullptr;
+    }
+  }
+  ~ScratchMemory() {
+    if (p_) cudaFree(p_);
+  }
+  ScratchMemory(const ScratchMemory&) = delete;
+  ScratchMemory& operator=(const ScratchMemory&) = delete;
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+};
+
+// Milliseconds between start() and stop() on a stream, waited for.
+class DeviceTimer {
+ public:
+  explicit DeviceTimer(cudaStream_t stream) : stream_(stream) {
+    LAMINA_CUDA_CHECK(cudaEventCreate(&start_));
+    LAMINA_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~DeviceTimer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  DeviceTimer(const DeviceTimer&) = delete;
+  DeviceTimer& operator=(const DeviceTimer&) = delete;
+  void start() { LAMINA_CUDA_CHECK(cudaEventRecord(start_, stream_)); }
+  float stop() {
+    LAMINA_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    LAMINA_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    LAMINA_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms;
+  }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+}  // namespace lamina::cuda_detail
