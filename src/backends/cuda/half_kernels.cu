@@ -1,6 +1,8 @@
 // 16-bit storage on CUDA (Backend::to_half, from_half, axpby and mul in 16 bits, add_half):
 // elementwise kernels around half_storage.cuh's load and store, which give rounding.hpp's
 // bits (by the hardware's conversions but for NaNs), the Native backend's.
+#include <cstdint>
+
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/half_storage.cuh"
@@ -19,15 +21,44 @@ __global__ void add_half_kernel(int64_t n, const uint16_t* x, float* y) {
   LAMINA_GRID_STRIDE_LOOP(i, n) y[i] = __fadd_rn(y[i], S::load(x[i]));
 }
 
-// y = alpha x + beta y, each product and the sum rounded in FP32, then stored; a zero
+// alpha x + beta y, each product and the sum rounded in FP32, then stored; a zero
 // coefficient does not read its operand (beta 0 overwrites a y holding NaN).
+template <class S>
+__device__ __forceinline__ uint16_t axpby_value(float alpha, uint16_t x, float beta,
+                                                uint16_t y) {
+  const float ax = alpha != 0 ? __fmul_rn(alpha, S::load(x)) : 0.0f;
+  const float by = beta != 0 ? __fmul_rn(beta, S::load(y)) : 0.0f;
+  return S::store(beta == 0 ? ax : (alpha == 0 ? by : __fadd_rn(ax, by)));  // -0 stays -0
+}
+
 template <class S>
 __global__ void half_axpby_kernel(int64_t n, float alpha, const uint16_t* x, float beta,
                                   uint16_t* y) {
-  LAMINA_GRID_STRIDE_LOOP(i, n) {
-    const float ax = alpha != 0 ? __fmul_rn(alpha, S::load(x[i])) : 0.0f;
-    const float by = beta != 0 ? __fmul_rn(beta, S::load(y[i])) : 0.0f;
-    y[i] = S::store(beta == 0 ? ax : (alpha == 0 ? by : __fadd_rn(ax, by)));  // -0 stays -0
+  LAMINA_GRID_STRIDE_LOOP(i, n) y[i] = axpby_value<S>(alpha, x[i], beta, y[i]);
+}
+
+// The same eight values (16 bytes) at a time, for x and y 16-byte aligned: n / 8 groups,
+// then the last n % 8 values one by one. (Two-byte loads ran at about half the memory's
+// speed.)
+template <class S>
+__global__ void half_axpby8_kernel(int64_t n, float alpha, const uint16_t* x, float beta,
+                                   uint16_t* y) {
+  const int64_t groups = n / 8;
+  LAMINA_GRID_STRIDE_LOOP(g, groups) {
+    uint4 xv{}, yv{};
+    if (alpha != 0) xv = reinterpret_cast<const uint4*>(x)[g];
+    if (beta != 0) yv = reinterpret_cast<const uint4*>(y)[g];
+    const uint16_t* xs = reinterpret_cast<const uint16_t*>(&xv);
+    const uint16_t* ys = reinterpret_cast<const uint16_t*>(&yv);
+    uint4 out;
+    uint16_t* os = reinterpret_cast<uint16_t*>(&out);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) os[k] = axpby_value<S>(alpha, xs[k], beta, ys[k]);
+    reinterpret_cast<uint4*>(y)[g] = out;
+  }
+  LAMINA_GRID_STRIDE_LOOP(i, n - groups * 8) {
+    const int64_t j = groups * 8 + i;
+    y[j] = axpby_value<S>(alpha, x[j], beta, y[j]);
   }
 }
 
@@ -72,9 +103,16 @@ void CudaBackend::axpby(Half format, int64_t n, float alpha, const uint16_t* x, 
                         uint16_t* y) {
   const cudaStream_t s = on_device();
   if (n <= 0) return;
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(y) % 16 == 0;
   with_half_storage(format, [&](auto storage) {
-    half_axpby_kernel<decltype(storage)><<<elementwise_grid(n), kBlock, 0, s>>>(n, alpha, x,
-                                                                                beta, y);
+    using S = decltype(storage);
+    if (aligned) {
+      half_axpby8_kernel<S><<<elementwise_grid((n + 7) / 8), kBlock, 0, s>>>(n, alpha, x, beta,
+                                                                            y);
+    } else {
+      half_axpby_kernel<S><<<elementwise_grid(n), kBlock, 0, s>>>(n, alpha, x, beta, y);
+    }
   });
   LAMINA_CUDA_LAUNCHED(half_axpby_kernel);
 }
