@@ -149,6 +149,10 @@ TEST_P(CudaHalfOps, GemmAlgorithmChoicesAreTakenBack) {
   expect_floats_close(product(*cuda_), expected, bound);
   EXPECT_NE(line_of_s().find(list), std::string::npos);
   EXPECT_EQ(line_of_s().find(" = 99 "), std::string::npos);
+  const std::string foreign = chosen.substr(0, equals + 3) + std::to_string(other) + " 1234";
+  cuda_->reuse_algorithm_choices(heading + foreign + "\n");
+  expect_floats_close(product(*cuda_), expected, bound);
+  EXPECT_NE(line_of_s().find(list), std::string::npos) << "a list of 1234 was taken";
 }
 
 // k = 0: C = beta C, each value rounded once; beta 0 does not read C (NaN there becomes 0).

@@ -8,7 +8,8 @@
 // (deprecated in favour of the graph API but present and stable throughout 9.x; cuDNN 8 has
 // it too): tensor, filter and convolution descriptors, cudnnGetConvolution*Algorithm_v7 and
 // cudnnFindConvolution*AlgorithmEx to choose (cudnn_search.cpp) and cudnnConvolutionForward /
-// BackwardData / BackwardFilter to run.
+// BackwardData / BackwardFilter to run. In BF16 and FP16 a direction may instead run a plan
+// of cuDNN's graph API (cudnn_graph.hpp) where one was timed faster.
 //
 // A plan per ConvGeometry and ConvMode (cudnn_plan.hpp), kept in the device's CudaContext (so every
 // backend and net on the device shares it), holds the descriptors and, for each direction,
@@ -182,9 +183,12 @@ const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g, ConvMode m
     context.reserve_workspaces(
         std::max({plan->forward.workspace, plan->backward_data.workspace, filter_bytes}),
         filter_bytes);
+    auto name = [](const Choice& c) {
+      return c.graph ? "graph plan " + std::to_string(c.graph_index) : std::to_string(c.algo);
+    };
     VLOG(1) << mode_name(mode) << " convolution " << describe(g) << ": forward algorithm "
-            << plan->forward.algo << ", backward-data " << plan->backward_data.algo
-            << ", backward-filter " << plan->backward_filter.algo << ", workspaces "
+            << name(plan->forward) << ", backward-data " << name(plan->backward_data)
+            << ", backward-filter " << name(plan->backward_filter) << ", workspaces "
             << plan->forward.workspace << ", " << plan->backward_data.workspace << " and "
             << plan->backward_filter.workspace << " bytes";
   } else {
@@ -192,6 +196,15 @@ const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g, ConvMode m
                  << "using im2col + cuBLAS";
   }
   return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+// Whether every pointer is as aligned as a graph plan's tensors say (16 bytes,
+// cudnn_graph.cpp): a layer's blobs and parameters are; a view at an odd offset runs by
+// im2col instead.
+bool graph_aligned(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 // The context's workspace for a direction's algorithm (null when it needs none).
@@ -208,6 +221,7 @@ bool dnn_forward(CudaContext& context, const ConvGeometry& g, ConvMode mode, con
   const ConvPlan& plan = plan_for(context, g, mode);
   if (!plan.forward.in_cudnn()) return false;
   if (plan.forward.graph) {
+    if (!graph_aligned({x, weight, y})) return false;
     plan.forward.graph->run(context.dnn(), const_cast<void*>(x), const_cast<void*>(weight), y,
                             workspace_for(context, plan.forward));
     return true;
@@ -227,6 +241,7 @@ bool dnn_backward_data(CudaContext& context, const ConvGeometry& g, ConvMode mod
   const ConvPlan& plan = plan_for(context, g, mode);
   if (!plan.backward_data.in_cudnn()) return false;
   if (plan.backward_data.graph) {
+    if (!graph_aligned({weight, dy, dx})) return false;
     plan.backward_data.graph->run(context.dnn(), dx, const_cast<void*>(weight),
                                   const_cast<void*>(dy),
                                   workspace_for(context, plan.backward_data));
@@ -250,6 +265,7 @@ bool dnn_backward_filter(CudaContext& context, const ConvGeometry& g, ConvMode m
                          const uint16_t** half_gradient) {
   const ConvPlan& plan = plan_for(context, g, mode);
   if (!plan.backward_filter.in_cudnn()) return false;
+  if (plan.backward_filter.graph && !graph_aligned({x, dy})) return false;
   const bool half = element_bytes(mode) == 2;
   const size_t offset = filter_gradient_offset(plan.backward_filter);
   char* workspace = static_cast<char*>(

@@ -15,37 +15,37 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cudnn_check.hpp"
-#include "backends/cuda/device_timer.hpp"
 #include "backends/cuda/cudnn_plan.hpp"
+#include "backends/cuda/device_timer.hpp"
 
 namespace lamina::cuda_detail {
 namespace {
 
 // Owner of one backend descriptor.
-class Backend {
+class BackendDescriptor {
  public:
-  explicit Backend(cudnnBackendDescriptorType_t type) {
+  explicit BackendDescriptor(cudnnBackendDescriptorType_t type) {
     LAMINA_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_));
   }
-  ~Backend() {
+  ~BackendDescriptor() {
     if (d_) cudnnBackendDestroyDescriptor(d_);
   }
-  Backend(const Backend&) = delete;
-  Backend& operator=(const Backend&) = delete;
+  BackendDescriptor(const BackendDescriptor&) = delete;
+  BackendDescriptor& operator=(const BackendDescriptor&) = delete;
   cudnnBackendDescriptor_t get() const { return d_; }
   cudnnBackendDescriptor_t release() { return std::exchange(d_, nullptr); }
 
   template <class T>
-  Backend& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+  BackendDescriptor& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
                const T* values, int64_t count = 1) {
     LAMINA_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
     return *this;
   }
-  Backend& set(cudnnBackendAttributeName_t name, const Backend& other) {
+  BackendDescriptor& set(cudnnBackendAttributeName_t name, const BackendDescriptor& other) {
     const cudnnBackendDescriptor_t d = other.get();
     return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &d);
   }
-  Backend& finalize() {
+  BackendDescriptor& finalize() {
     LAMINA_CUDNN_CHECK(cudnnBackendFinalize(d_));
     return *this;
   }
@@ -57,7 +57,7 @@ class Backend {
 constexpr int64_t kX = 1, kW = 2, kY = 3;  // the tensors' unique ids
 
 // A packed NCHW tensor of dims (n, c, h, w).
-void tensor(Backend& t, int64_t id, cudnnDataType_t type, std::array<int64_t, 4> dims) {
+void tensor(BackendDescriptor& t, int64_t id, cudnnDataType_t type, std::array<int64_t, 4> dims) {
   const std::array<int64_t, 4> strides = {dims[1] * dims[2] * dims[3], dims[2] * dims[3],
                                           dims[3], 1};
   const int64_t alignment = 16;
@@ -95,26 +95,36 @@ constexpr OpAttributes kOps[] = {
      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
 };
 
-// Whether the engine of config is deterministic and keeps the mode's precision.
-bool acceptable(const Backend& config) {
-  Backend engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+// The global index of config's engine when it is deterministic, keeps the mode's precision
+// and compiles nothing at run time; -1 otherwise.
+int64_t acceptable_engine(const BackendDescriptor& config) {
+  BackendDescriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t e = engine.get();
-  int64_t count = 0;
+  int64_t count = 0, index = -1;
   if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count, &e) !=
-      CUDNN_STATUS_SUCCESS)
-    return false;
+          CUDNN_STATUS_SUCCESS ||
+      cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &count,
+                               &index) != CUDNN_STATUS_SUCCESS)
+    return -1;
   std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
   if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                notes.size(), &count, notes.data()) != CUDNN_STATUS_SUCCESS)
-    return false;
+    return -1;
   for (int64_t i = 0; i < count; ++i) {
     if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC ||
         notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
         notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
-      return false;
+      return -1;
   }
-  return true;
+  std::array<cudnnBackendBehaviorNote_t, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT> behaviors{};
+  if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                               behaviors.size(), &count, behaviors.data()) !=
+      CUDNN_STATUS_SUCCESS)
+    return -1;
+  for (int64_t i = 0; i < count; ++i)
+    if (behaviors[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return -1;
+  return index;
 }
 
 }  // namespace
@@ -130,17 +140,17 @@ void GraphPlan::run(cudnnHandle_t handle, void* x, void* w, void* y, void* works
 
 cudnnStatus_t GraphPlan::execute(cudnnHandle_t handle, void* x, void* w, void* y,
                                  void* workspace) {
-  std::vector<void*> pointers = {x, w, y, workspace};
+  const std::array<void*, 4> pointers = {x, w, y, workspace};
   auto found = packs_.find(pointers);
   if (found == packs_.end()) {
-    Backend pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    BackendDescriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     const int64_t ids[] = {kX, kW, kY};
     void* data[] = {x, w, y};
     pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, ids, 3)
         .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, data, 3)
         .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace)
         .finalize();
-    found = packs_.emplace(std::move(pointers), pack.release()).first;
+    found = packs_.emplace(pointers, pack.release()).first;
   }
   return cudnnBackendExecute(handle, plan_, found->second);
 }
@@ -155,13 +165,13 @@ std::vector<std::shared_ptr<GraphPlan>> graph_plans(cudnnHandle_t handle, const 
   if (const char* env = std::getenv("LAMINA_CUDNN_GRAPH"); env && std::string(env) == "0")
     return plans;
   const cudnnDataType_t type = cudnn_data_type(mode);
-  Backend x(CUDNN_BACKEND_TENSOR_DESCRIPTOR), w(CUDNN_BACKEND_TENSOR_DESCRIPTOR),
+  BackendDescriptor x(CUDNN_BACKEND_TENSOR_DESCRIPTOR), w(CUDNN_BACKEND_TENSOR_DESCRIPTOR),
       y(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   tensor(x, kX, type, {g.n, g.c, g.h, g.w});
   tensor(w, kW, type, {g.k, g.c / g.groups, g.kh, g.kw});
   tensor(y, kY, type, {g.n, g.k, g.out_h, g.out_w});
 
-  Backend conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  BackendDescriptor conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
   const cudnnConvolutionMode_t conv_mode = CUDNN_CROSS_CORRELATION;
   const int64_t dims = 2;
@@ -179,7 +189,7 @@ std::vector<std::shared_ptr<GraphPlan>> graph_plans(cudnnHandle_t handle, const 
 
   const float alpha = 1.0f, beta = 0.0f;
   const OpAttributes& names = kOps[static_cast<int>(direction)];
-  Backend op(names.type);
+  BackendDescriptor op(names.type);
   op.set(names.x, x)
       .set(names.w, w)
       .set(names.y, y)
@@ -188,32 +198,33 @@ std::vector<std::shared_ptr<GraphPlan>> graph_plans(cudnnHandle_t handle, const 
       .set(names.beta, CUDNN_TYPE_FLOAT, &beta)
       .finalize();
 
-  Backend graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, op)
+  auto graph = std::make_shared<BackendDescriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, op)
       .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle);
-  if (cudnnBackendFinalize(graph.get()) != CUDNN_STATUS_SUCCESS) return plans;
+  if (cudnnBackendFinalize(graph->get()) != CUDNN_STATUS_SUCCESS) return plans;
 
-  Backend heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   const cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
-  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *graph)
       .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &heur_mode);
   if (cudnnBackendFinalize(heuristics.get()) != CUDNN_STATUS_SUCCESS) return plans;
   int64_t count = 0;
   LAMINA_CUDNN_CHECK(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
                                               nullptr));
-  std::vector<std::unique_ptr<Backend>> configs;
+  std::vector<std::shared_ptr<BackendDescriptor>> configs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < count; ++i) {
-    configs.push_back(std::make_unique<Backend>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    configs.push_back(std::make_shared<BackendDescriptor>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
     raw.push_back(configs.back()->get());
   }
   LAMINA_CUDNN_CHECK(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count,
                                               raw.data()));
-  for (int64_t i = 0; i < count; ++i) {
-    if (!acceptable(*configs[i])) continue;
-    Backend plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  for (int64_t i = 0; i < count && static_cast<int>(plans.size()) < kMaxGraphPlans; ++i) {
+    const int64_t engine = acceptable_engine(*configs[i]);
+    if (engine < 0) continue;
+    BackendDescriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle)
         .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *configs[i]);
     if (cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS) continue;
@@ -223,7 +234,12 @@ std::vector<std::shared_ptr<GraphPlan>> graph_plans(cudnnHandle_t handle, const 
             CUDNN_STATUS_SUCCESS ||
         workspace < 0 || static_cast<size_t>(workspace) > limit)
       continue;
-    plans.push_back(std::make_shared<GraphPlan>(plan.release(), static_cast<size_t>(workspace)));
+    // The plan keeps its engine configuration and the operation graph alive.
+    auto sources = std::make_shared<std::pair<std::shared_ptr<BackendDescriptor>,
+                                              std::shared_ptr<BackendDescriptor>>>(graph,
+                                                                                   configs[i]);
+    plans.push_back(std::make_shared<GraphPlan>(plan.release(), static_cast<size_t>(workspace),
+                                                engine, std::move(sources)));
   }
   return plans;
 }
@@ -262,6 +278,20 @@ std::pair<int, float> fastest_graph_plan(cudnnHandle_t handle,
     }
   }
   return {best, best_ms};
+}
+
+uint64_t fingerprint(const std::vector<std::shared_ptr<GraphPlan>>& plans) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (const auto& plan : plans) {
+    for (const uint64_t word : {static_cast<uint64_t>(plan->engine()),
+                                static_cast<uint64_t>(plan->workspace())}) {
+      for (int byte = 0; byte < 8; ++byte) {
+        hash ^= (word >> (8 * byte)) & 0xff;
+        hash *= 1099511628211ull;
+      }
+    }
+  }
+  return hash;
 }
 
 }  // namespace lamina::cuda_detail

@@ -9,7 +9,9 @@
 
 #include <cudnn.h>
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <utility>
@@ -22,15 +24,19 @@ namespace lamina::cuda_detail {
 
 enum class ConvDirection { kForward, kBackwardData, kBackwardFilter };
 
-// One finalized execution plan and what running it needs.
+// One finalized execution plan and what running it needs. It holds the descriptors it was
+// made from (its engine configuration and operation graph), which outlive it.
 class GraphPlan {
  public:
-  GraphPlan(cudnnBackendDescriptor_t plan, size_t workspace) : plan_(plan), workspace_(workspace) {}
+  GraphPlan(cudnnBackendDescriptor_t plan, size_t workspace, int64_t engine,
+            std::shared_ptr<void> sources)
+      : plan_(plan), workspace_(workspace), engine_(engine), sources_(std::move(sources)) {}
   ~GraphPlan();
   GraphPlan(const GraphPlan&) = delete;
   GraphPlan& operator=(const GraphPlan&) = delete;
 
   size_t workspace() const { return workspace_; }
+  int64_t engine() const { return engine_; }  // cuDNN's global index of its engine
   // Runs the direction's convolution on handle's stream: x (dx), w (dw), y (dy) as the
   // direction reads and writes them (written with beta 0), workspace of workspace() bytes.
   // The variant pack of each set of pointers is made once and kept, so a replayed step
@@ -42,14 +48,17 @@ class GraphPlan {
  private:
   cudnnBackendDescriptor_t plan_;
   size_t workspace_;
-  std::map<std::vector<void*>, cudnnBackendDescriptor_t> packs_;
+  int64_t engine_;
+  std::shared_ptr<void> sources_;
+  std::map<std::array<void*, 4>, cudnnBackendDescriptor_t> packs_;
 };
 
 // The deterministic execution plans cuDNN's heuristics (mode A) rank for one direction of g
 // in mode (BF16 or FP16; none for FP32 and TF32, which keep the legacy algorithms), in their
-// order, that need at most limit bytes of workspace and neither reduce in less than FP32 nor
-// convert their inputs down. Empty when cuDNN offers none, or when the environment variable
-// LAMINA_CUDNN_GRAPH is 0.
+// order, at most kMaxGraphPlans, that need at most limit bytes of workspace, neither reduce
+// in less than FP32 nor convert their inputs down, and compile nothing at run time. Empty
+// when cuDNN offers none, or when the environment variable LAMINA_CUDNN_GRAPH is 0.
+constexpr int kMaxGraphPlans = 16;
 std::vector<std::shared_ptr<GraphPlan>> graph_plans(cudnnHandle_t handle, const ConvGeometry& g,
                                                     ConvMode mode, ConvDirection direction,
                                                     size_t limit);
@@ -61,5 +70,9 @@ std::vector<std::shared_ptr<GraphPlan>> graph_plans(cudnnHandle_t handle, const 
 std::pair<int, float> fastest_graph_plan(cudnnHandle_t handle,
                                          const std::vector<std::shared_ptr<GraphPlan>>& plans,
                                          void* x, void* w, void* y);
+
+// A fingerprint of a list of plans (their engines and workspaces): a solver state's index
+// into one list names the same plan only in a list with the same fingerprint.
+uint64_t fingerprint(const std::vector<std::shared_ptr<GraphPlan>>& plans);
 
 }  // namespace lamina::cuda_detail

@@ -14,8 +14,8 @@
 
 #include "backends/cuda/conv_mode.hpp"
 #include "backends/cuda/cuda_context.hpp"
-#include "backends/cuda/cudnn_graph.hpp"
 #include "backends/cuda/cudnn_check.hpp"
+#include "backends/cuda/cudnn_graph.hpp"
 #include "lamina/backend.hpp"
 
 namespace lamina::cuda_detail {
@@ -89,9 +89,9 @@ struct Choice {
   cudnnMathType_t math = CUDNN_FMA_MATH;
   size_t workspace = 0;  // bytes
   bool deterministic = true;
-  float time_ms = -1;  // as timed when it was chosen; -1: not timed
   std::shared_ptr<GraphPlan> graph;
   int graph_index = -1;
+  uint64_t graph_list = 0;  // the fingerprint of the list graph_index counts in
   bool in_cudnn() const { return graph != nullptr || algo >= 0; }
 };
 
@@ -118,9 +118,10 @@ struct Algorithm {
   int algo;
   cudnnMathType_t math;
   int graph = -1;
+  uint64_t graph_list = 0;  // the fingerprint of graph_plans' list (cudnn_graph.hpp)
   // -1 (im2col) is the same whatever math type it was written with.
   bool operator==(const Algorithm& o) const {
-    if (graph >= 0 || o.graph >= 0) return graph == o.graph;
+    if (graph >= 0 || o.graph >= 0) return graph == o.graph && graph_list == o.graph_list;
     return algo == o.algo && (algo == -1 || math == o.math);
   }
 };
@@ -128,11 +129,10 @@ struct Algorithm {
 using ConvAlgorithms = std::array<Algorithm, 3>;
 
 inline ConvAlgorithms algorithms_of(const ConvPlan& plan) {
-  return {Algorithm{plan.forward.algo, plan.forward.math, plan.forward.graph_index},
-          Algorithm{plan.backward_data.algo, plan.backward_data.math,
-                    plan.backward_data.graph_index},
-          Algorithm{plan.backward_filter.algo, plan.backward_filter.math,
-                    plan.backward_filter.graph_index}};
+  auto of = [](const Choice& c) {
+    return Algorithm{c.algo, c.math, c.graph_index, c.graph_list};
+  };
+  return {of(plan.forward), of(plan.backward_data), of(plan.backward_filter)};
 }
 
 // Every plan made on the device, by geometry. Never destroyed, like the context that holds
@@ -143,7 +143,6 @@ struct ConvPlans {
   // solver state: reuse_conv_choices).
   std::map<GeometryKey, ConvAlgorithms> remembered;
 };
-
 
 // "x (8, 3, 32, 32), weight (16, 3, 3, 3), stride 1x1, ... -> y (8, 16, 32, 32)" (cudnn.cpp)
 std::string describe(const ConvGeometry& g);

@@ -12,7 +12,9 @@
 // backward-filter algorithms 0 and 3 add with atomics) and within the workspace limit is
 // taken. If the scratch arrays do not fit in memory the heuristics' order stands. Only if
 // no deterministic algorithm qualifies is a non-deterministic one taken (with a warning); if
-// none qualifies at all, that direction runs by im2col + cuBLAS.
+// none qualifies at all, that direction runs by im2col + cuBLAS. In BF16 and FP16 the
+// graph API's plans (cudnn_graph.hpp) are timed too, and the legacy choice again by the same
+// clock; the fastest plan replaces the legacy choice where it is faster or not deterministic.
 //
 // Timing can pick different algorithms in two runs, and different algorithms round
 // differently. So that a resumed run repeats the interrupted one bit for bit, the solver
@@ -29,6 +31,7 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cudnn_plan.hpp"
+#include "backends/cuda/device_timer.hpp"
 
 namespace lamina::cuda_detail {
 namespace {
@@ -41,6 +44,15 @@ bool known_nondeterministic(cudnnConvolutionBwdDataAlgo_t algo) {
 bool known_nondeterministic(cudnnConvolutionBwdFilterAlgo_t algo) {
   return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
          algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+}
+
+Choice legacy_choice(int algo, cudnnMathType_t math, size_t workspace, bool deterministic) {
+  Choice c;
+  c.algo = algo;
+  c.math = math;
+  c.workspace = workspace;
+  c.deterministic = deterministic;
+  return c;
 }
 
 // The first of cuDNN's ranked perf results that is supported, runs in `mode`,
@@ -58,7 +70,7 @@ Choice choose(const std::vector<Perf>& ranked, ConvMode mode, size_t limit,
       size_t bytes = 0;
       if (workspace_of(perf.algo, perf.mathType, &bytes) != CUDNN_STATUS_SUCCESS) continue;
       if (bytes > limit) continue;
-      return {static_cast<int>(perf.algo), perf.mathType, bytes, deterministic, perf.time};
+      return legacy_choice(static_cast<int>(perf.algo), perf.mathType, bytes, deterministic);
     }
   }
   return {};
@@ -66,7 +78,7 @@ Choice choose(const std::vector<Perf>& ranked, ConvMode mode, size_t limit,
 
 void warn_about(const Choice& choice, ConvMode mode, const char* direction,
                 const ConvGeometry& g) {
-  if (choice.algo < 0) {
+  if (!choice.in_cudnn()) {
     LOG(WARNING) << "cuDNN offers no " << mode_name(mode) << " " << direction << " algorithm "
                  << "within the workspace limit for " << describe(g) << "; using im2col + "
                  << "cuBLAS instead";
@@ -133,7 +145,7 @@ std::optional<Choice> remembered_choice(Algorithm a, ConvMode mode, size_t limit
       bytes > limit) {
     return std::nullopt;
   }
-  return Choice{a.algo, a.math, bytes, !known_nondeterministic(static_cast<Algo>(a.algo))};
+  return legacy_choice(a.algo, a.math, bytes, !known_nondeterministic(static_cast<Algo>(a.algo)));
 }
 
 // cuDNN's ranking (heuristics) of one direction's algorithms, as many as it has.
@@ -170,11 +182,26 @@ void time_algorithms(std::vector<Perf>& order, Find find) {
   order = std::move(timed);
 }
 
+// The mean time in milliseconds of three runs of run() (which returns cuDNN's status) after
+// one to warm up, on handle's stream; -1 when a run fails.
+template <class Run>
+float time_runs(cudnnHandle_t handle, Run run) {
+  cudaStream_t stream = nullptr;
+  LAMINA_CUDNN_CHECK(cudnnGetStream(handle, &stream));
+  DeviceTimer timer(stream);
+  bool ok = run() == CUDNN_STATUS_SUCCESS;
+  timer.start();
+  for (int r = 0; r < 3 && ok; ++r) ok = run() == CUDNN_STATUS_SUCCESS;
+  const float ms = timer.stop() / 3;
+  if (!ok) cudaGetLastError();
+  return ok ? ms : -1;
+}
+
 // The index-th of plans as a choice.
-Choice graph_choice(const std::vector<std::shared_ptr<GraphPlan>>& plans, int index, float ms) {
+Choice graph_choice(const std::vector<std::shared_ptr<GraphPlan>>& plans, int index) {
   Choice c;
+  c.graph_list = fingerprint(plans);
   c.workspace = plans[index]->workspace();
-  c.time_ms = ms;
   c.graph = plans[index];
   c.graph_index = index;
   return c;
@@ -244,7 +271,9 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvMode 
       const int index = (*remembered)[d].graph;
       if (index < 0) continue;
       auto plans = graph_plans(handle, g, mode, static_cast<ConvDirection>(d), limit);
-      if (index < static_cast<int>(plans.size())) kept[d] = graph_choice(plans, index, -1);
+      if (index < static_cast<int>(plans.size()) &&
+          fingerprint(plans) == (*remembered)[d].graph_list)
+        kept[d] = graph_choice(plans, index);
     }
     if ((*remembered)[0].graph < 0)
       kept[0] = remembered_choice<cudnnConvolutionFwdAlgo_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
@@ -321,34 +350,61 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvMode 
                  << "; taking its heuristics' choice";
   }
   plan.forward = kept[0] ? *kept[0] : choose(forward, mode, limit, forward_workspace);
-  if (!kept[0]) warn_about(plan.forward, mode, "forward", g);
   plan.backward_data = kept[1] ? *kept[1] : choose(data, mode, limit, data_workspace);
-  if (!kept[1]) warn_about(plan.backward_data, mode, "backward-data", g);
   plan.backward_filter = kept[2] ? *kept[2] : choose(filter, mode, limit, filter_workspace);
-  if (!kept[2]) warn_about(plan.backward_filter, mode, "backward-filter", g);
 
-  // The graph API's plans, timed on the same arrays, replace a legacy choice they beat.
-  if (arrays.x == nullptr) return;
+  // The graph API's plans replace a legacy choice they beat, both timed the same way on the
+  // same arrays, or a legacy choice that is not deterministic.
   Choice* choices[3] = {&plan.forward, &plan.backward_data, &plan.backward_filter};
-  for (int d = 0; d < 3; ++d) {
-    if (kept[d]) continue;
-    auto plans = graph_plans(handle, g, mode, static_cast<ConvDirection>(d), limit);
-    const auto [best, ms] = fastest_graph_plan(handle, plans, arrays.x, arrays.w, arrays.y);
-    const Choice& legacy = *choices[d];
-    if (best >= 0 && (!legacy.in_cudnn() || legacy.time_ms < 0 || ms < legacy.time_ms)) {
-      VLOG(1) << mode_name(mode) << " convolution " << describe(g) << ": direction " << d
-              << " runs cuDNN graph engine configuration " << best << " (" << ms
-              << " ms) instead of legacy algorithm " << legacy.algo << " (" << legacy.time_ms
-              << " ms)";
-      *choices[d] = graph_choice(plans, best, ms);
+  if (arrays.x != nullptr) {
+    const float one = 1.0f, zero = 0.0f;
+    // The legacy algorithm of direction d, on the arrays (-1 where it has none).
+    auto legacy_ms = [&](int d) -> float {
+      const Choice& c = *choices[d];
+      if (c.algo < 0) return -1;
+      LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, c.math));
+      auto run = [&] {
+        if (d == 0)
+          return cudnnConvolutionForward(handle, &one, x, arrays.x, w, arrays.w, conv,
+                                         static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
+                                         arrays.workspace, c.workspace, &zero, y, arrays.y);
+        if (d == 1)
+          return cudnnConvolutionBackwardData(handle, &one, w, arrays.w, y, arrays.y, conv,
+                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+                                              arrays.workspace, c.workspace, &zero, x, arrays.x);
+        return cudnnConvolutionBackwardFilter(
+            handle, &one, x, arrays.x, y, arrays.y, conv,
+            static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), arrays.workspace,
+            c.workspace, &zero, w, arrays.w);
+      };
+      return time_runs(handle, run);
+    };
+    for (int d = 0; d < 3; ++d) {
+      if (kept[d]) continue;
+      auto plans = graph_plans(handle, g, mode, static_cast<ConvDirection>(d), limit);
+      const auto [best, ms] = fastest_graph_plan(handle, plans, arrays.x, arrays.w, arrays.y);
+      if (best < 0) continue;
+      const Choice& legacy = *choices[d];
+      const float legacy_time = legacy_ms(d);
+      if (legacy_time < 0 || !legacy.deterministic || ms < legacy_time) {
+        VLOG(1) << mode_name(mode) << " convolution " << describe(g) << ": direction " << d
+                << " runs cuDNN graph plan " << best << " (" << ms << " ms) instead of legacy "
+                << "algorithm " << legacy.algo << " (" << legacy_time << " ms)";
+        *choices[d] = graph_choice(plans, best);
+      }
     }
+    reset_math();
   }
+  const char* directions[3] = {"forward", "backward-data", "backward-filter"};
+  for (int d = 0; d < 3; ++d)
+    if (!kept[d]) warn_about(*choices[d], mode, directions[d], g);
 }
 
 // "conv n c h w k kh kw stride_h stride_w pad_h pad_w dilation_h dilation_w groups out_h out_w
 // = forward backward-data backward-filter", a line per planned geometry; "conv-tf32 ...",
 // "conv-bf16 ..." and "conv-fp16 ..." for the other modes, whose algorithms carry a "t" where
-// they run in tensor-op math; "g<i>" names a 16-bit mode's graph API plan (cudnn_graph.hpp).
+// they run in tensor-op math; "g<i>@<fingerprint>" names a 16-bit mode's graph API plan, the
+// i-th of a list with that fingerprint (cudnn_graph.hpp).
 constexpr const char* kChoiceWord[] = {"conv", "conv-tf32", "conv-bf16", "conv-fp16"};
 static_assert(std::size(kChoiceWord) == static_cast<size_t>(ConvMode::kFP16) + 1,
               "a word per ConvMode, in its order");
@@ -362,7 +418,7 @@ std::string conv_choices(CudaContext& context) {
     out << " =";
     for (const Choice* c : {&plan->forward, &plan->backward_data, &plan->backward_filter}) {
       if (c->graph) {
-        out << " g" << c->graph_index;
+        out << " g" << c->graph_index << '@' << std::hex << c->graph_list << std::dec;
       } else {
         out << ' ' << c->algo << (c->math == CUDNN_TENSOR_OP_MATH ? "t" : "");
       }
@@ -391,14 +447,19 @@ bool reuse_conv_choice(CudaContext& context, const std::string& line) {
   // the graph API's plan 2 (16-bit modes).
   for (int i = 0; i < 3; ++i) {
     size_t used = 0;
-    if (tokens[i].size() > 1 && tokens[i][0] == 'g') {
+    if (tokens[i].size() > 1 && tokens[i][0] == 'g') {  // "g<index>@<list, hex>"
       if (mode != ConvMode::kBF16 && mode != ConvMode::kFP16) return false;
+      const size_t at = tokens[i].find('@');
+      if (at == std::string::npos || at + 1 == tokens[i].size()) return false;
+      size_t hex_used = 0;
       try {
-        algorithms[i].graph = std::stoi(tokens[i].substr(1), &used);
+        algorithms[i].graph = std::stoi(tokens[i].substr(1, at - 1), &used);
+        algorithms[i].graph_list = std::stoull(tokens[i].substr(at + 1), &hex_used, 16);
       } catch (const std::exception&) {
         return false;
       }
-      if (used + 1 != tokens[i].size() || algorithms[i].graph < 0) return false;
+      if (used + 1 != at || at + 1 + hex_used != tokens[i].size() || algorithms[i].graph < 0)
+        return false;
       algorithms[i].algo = -1;
       algorithms[i].math = plain_math(mode);
       continue;

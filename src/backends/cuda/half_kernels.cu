@@ -31,10 +31,18 @@ __device__ __forceinline__ uint16_t axpby_value(float alpha, uint16_t x, float b
   return S::store(beta == 0 ? ax : (alpha == 0 ? by : __fadd_rn(ax, by)));  // -0 stays -0
 }
 
+// Element i of axpby, reading only the operands whose coefficient is not 0.
+template <class S>
+__device__ __forceinline__ void axpby_element(int64_t i, float alpha, const uint16_t* x,
+                                              float beta, uint16_t* y) {
+  y[i] = axpby_value<S>(alpha, alpha != 0 ? x[i] : uint16_t{0}, beta,
+                        beta != 0 ? y[i] : uint16_t{0});
+}
+
 template <class S>
 __global__ void half_axpby_kernel(int64_t n, float alpha, const uint16_t* x, float beta,
                                   uint16_t* y) {
-  LAMINA_GRID_STRIDE_LOOP(i, n) y[i] = axpby_value<S>(alpha, x[i], beta, y[i]);
+  LAMINA_GRID_STRIDE_LOOP(i, n) axpby_element<S>(i, alpha, x, beta, y);
 }
 
 // The same eight values (16 bytes) at a time, for x and y 16-byte aligned: n / 8 groups,
@@ -57,8 +65,7 @@ __global__ void half_axpby8_kernel(int64_t n, float alpha, const uint16_t* x, fl
     reinterpret_cast<uint4*>(y)[g] = out;
   }
   LAMINA_GRID_STRIDE_LOOP(i, n - groups * 8) {
-    const int64_t j = groups * 8 + i;
-    y[j] = axpby_value<S>(alpha, x[j], beta, y[j]);
+    axpby_element<S>(groups * 8 + i, alpha, x, beta, y);
   }
 }
 
@@ -114,7 +121,7 @@ void CudaBackend::axpby(Half format, int64_t n, float alpha, const uint16_t* x, 
       half_axpby_kernel<S><<<elementwise_grid(n), kBlock, 0, s>>>(n, alpha, x, beta, y);
     }
   });
-  LAMINA_CUDA_LAUNCHED(half_axpby_kernel);
+  LAMINA_CUDA_LAUNCHED(half_axpby_kernel or half_axpby8_kernel);
 }
 
 void CudaBackend::mul(Half format, int64_t n, const uint16_t* a, const float* b, uint16_t* y) {
