@@ -5,8 +5,11 @@
 //   TanH:    y = tanh(x)                      dx = dy (1 - y^2)
 // Written once for arrays in FP32 and in 16 bits (half_storage.cuh): computed in FP32, a
 // 16-bit result rounded once.
+#include <type_traits>
+
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/half_by_eight.cuh"
 #include "backends/cuda/half_storage.cuh"
 #include "backends/cuda/kernel_util.cuh"
 #include "lamina/relu.hpp"
@@ -26,6 +29,29 @@ __global__ void relu_forward_kernel(int64_t n, float slope, ConstArray<S> x, Arr
   unrolled_elements<float>(
       n, [&](int64_t i) { return S::load(x[i]); },
       [&](int64_t i, float v) { y[i] = S::store(v > 0 ? v : slope * v); });
+}
+
+// The same for 16-bit arrays, all 16-byte aligned: eight values per load (half_by_eight.cuh).
+template <class S>
+__global__ void relu_forward8_kernel(int64_t n, float slope, const uint16_t* x, uint16_t* y) {
+  by_eight(
+      n,
+      [slope](uint16_t h) {
+        const float v = S::load(h);
+        return S::store(v > 0 ? v : slope * v);
+      },
+      y, x);
+}
+
+template <class S>
+__global__ void relu_backward8_kernel(int64_t n, float slope, const uint16_t* y,
+                                      const uint16_t* dy, uint16_t* dx) {
+  by_eight(
+      n,
+      [slope](uint16_t yh, uint16_t dyh) {
+        return S::store(relu_backward_value(S::load(yh), S::load(dyh), slope));
+      },
+      dx, y, dy);
 }
 
 template <class S>
@@ -68,6 +94,13 @@ void forward(cudaStream_t s, Activation f, int64_t n, float slope, ConstArray<S>
   const unsigned grid = elementwise_grid(n);
   switch (f) {
     case Activation::kReLU:
+      if constexpr (std::is_same_v<typename S::Stored, uint16_t>) {
+        if (aligned16({x, y})) {
+          relu_forward8_kernel<S><<<by_eight_grid(n), kBlock, 0, s>>>(n, slope, x, y);
+          LAMINA_CUDA_LAUNCHED(relu_forward8_kernel);
+          break;
+        }
+      }
       relu_forward_kernel<S><<<unrolled_grid(n), kBlock, 0, s>>>(n, slope, x, y);
       LAMINA_CUDA_LAUNCHED(relu_forward_kernel);
       break;
@@ -88,6 +121,13 @@ void backward(cudaStream_t s, Activation f, int64_t n, float slope, ConstArray<S
   const unsigned grid = elementwise_grid(n);
   switch (f) {
     case Activation::kReLU:
+      if constexpr (std::is_same_v<typename S::Stored, uint16_t>) {
+        if (aligned16({y, dy, dx})) {
+          relu_backward8_kernel<S><<<by_eight_grid(n), kBlock, 0, s>>>(n, slope, y, dy, dx);
+          LAMINA_CUDA_LAUNCHED(relu_backward8_kernel);
+          break;
+        }
+      }
       relu_backward_kernel<S><<<unrolled_grid(n), kBlock, 0, s>>>(n, slope, y, dy, dx);
       LAMINA_CUDA_LAUNCHED(relu_backward_kernel);
       break;

@@ -5,6 +5,7 @@
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/half_by_eight.cuh"
 #include "backends/cuda/half_storage.cuh"
 #include "backends/cuda/kernel_util.cuh"
 
@@ -45,27 +46,19 @@ __global__ void half_axpby_kernel(int64_t n, float alpha, const uint16_t* x, flo
   LAMINA_GRID_STRIDE_LOOP(i, n) axpby_element<S>(i, alpha, x, beta, y);
 }
 
-// The same eight values (16 bytes) at a time, for x and y 16-byte aligned: n / 8 groups,
-// then the last n % 8 values one by one. (Two-byte loads ran at about half the memory's
-// speed.)
+// The same eight values per load (half_by_eight.cuh), for x and y 16-byte aligned and a
+// coefficient that is not 0; an operand whose coefficient is 0 is not read.
 template <class S>
 __global__ void half_axpby8_kernel(int64_t n, float alpha, const uint16_t* x, float beta,
                                    uint16_t* y) {
-  const int64_t groups = n / 8;
-  LAMINA_GRID_STRIDE_LOOP(g, groups) {
-    uint4 xv{}, yv{};
-    if (alpha != 0) xv = reinterpret_cast<const uint4*>(x)[g];
-    if (beta != 0) yv = reinterpret_cast<const uint4*>(y)[g];
-    const uint16_t* xs = reinterpret_cast<const uint16_t*>(&xv);
-    const uint16_t* ys = reinterpret_cast<const uint16_t*>(&yv);
-    uint4 out;
-    uint16_t* os = reinterpret_cast<uint16_t*>(&out);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) os[k] = axpby_value<S>(alpha, xs[k], beta, ys[k]);
-    reinterpret_cast<uint4*>(y)[g] = out;
-  }
-  LAMINA_GRID_STRIDE_LOOP(i, n - groups * 8) {
-    axpby_element<S>(groups * 8 + i, alpha, x, beta, y);
+  if (alpha == 0) {
+    by_eight(n, [=](uint16_t yv) { return axpby_value<S>(0.0f, 0, beta, yv); }, y, y);
+  } else if (beta == 0) {
+    by_eight(n, [=](uint16_t xv) { return axpby_value<S>(alpha, xv, 0.0f, 0); }, y, x);
+  } else {
+    by_eight(
+        n, [=](uint16_t xv, uint16_t yv) { return axpby_value<S>(alpha, xv, beta, yv); }, y,
+        x, y);
   }
 }
 
@@ -110,13 +103,12 @@ void CudaBackend::axpby(Half format, int64_t n, float alpha, const uint16_t* x, 
                         uint16_t* y) {
   const cudaStream_t s = on_device();
   if (n <= 0) return;
-  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  // (Both coefficients 0, which reads nothing, goes value by value.)
+  const bool aligned = aligned16({x, y}) && (alpha != 0 || beta != 0);
   with_half_storage(format, [&](auto storage) {
     using S = decltype(storage);
     if (aligned) {
-      half_axpby8_kernel<S><<<elementwise_grid((n + 7) / 8), kBlock, 0, s>>>(n, alpha, x, beta,
-                                                                            y);
+      half_axpby8_kernel<S><<<by_eight_grid(n), kBlock, 0, s>>>(n, alpha, x, beta, y);
     } else {
       half_axpby_kernel<S><<<elementwise_grid(n), kBlock, 0, s>>>(n, alpha, x, beta, y);
     }
