@@ -95,7 +95,7 @@ void forward(cudaStream_t s, Activation f, int64_t n, float slope, ConstArray<S>
   switch (f) {
     case Activation::kReLU:
       if constexpr (std::is_same_v<typename S::Stored, uint16_t>) {
-        if (aligned16({x, y})) {
+        if (alignment_of({x, y}) >= 16) {
           relu_forward8_kernel<S><<<by_eight_grid(n), kBlock, 0, s>>>(n, slope, x, y);
           LAMINA_CUDA_LAUNCHED(relu_forward8_kernel);
           break;
@@ -122,7 +122,7 @@ void backward(cudaStream_t s, Activation f, int64_t n, float slope, ConstArray<S
   switch (f) {
     case Activation::kReLU:
       if constexpr (std::is_same_v<typename S::Stored, uint16_t>) {
-        if (aligned16({y, dy, dx})) {
+        if (alignment_of({y, dy, dx}) >= 16) {
           relu_backward8_kernel<S><<<by_eight_grid(n), kBlock, 0, s>>>(n, slope, y, dy, dx);
           LAMINA_CUDA_LAUNCHED(relu_backward8_kernel);
           break;

@@ -120,6 +120,16 @@ void CudaBackend::gemm_ex(cudaDataType_t ab, cudaDataType_t c_type, cublasComput
                                       compute, CUBLAS_GEMM_DEFAULT));
 }
 
+void CudaBackend::lt_gemm(cudaDataType_t ab, Math math, Transpose trans_a, Transpose trans_b,
+                          int64_t m, int64_t n, int64_t k, float alpha, const void* a,
+                          const void* b, float beta, float* c) {
+  const LtKey key = lt_gemm_key(trans_a, trans_b, m, n, k, math, ab, CUDA_R_32F, {a, b, c});
+  if (lt_matmul(key, alpha, b, a, nullptr, beta, c)) return;
+  gemm_ex(ab, CUDA_R_32F,
+          math == Math::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, trans_a,
+          trans_b, m, n, k, alpha, a, b, beta, c);
+}
+
 // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C
 void CudaBackend::gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const float* a, const float* b, float beta, float* c) {

@@ -226,6 +226,11 @@ class CudaBackend final : public Backend {
   void gemm_ex(cudaDataType_t ab, cudaDataType_t c_type, cublasComputeType_t compute,
                Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
                float alpha, const void* a, const void* b, float beta, void* c);
+  // gemm with an FP32 C, k > 0: a cuBLASLt product (its algorithm timed, lt_matmul.cu), or
+  // cublasGemmEx where cuBLASLt has none (cuda_backend.cpp).
+  void lt_gemm(cudaDataType_t ab, Math math, Transpose trans_a, Transpose trans_b, int64_t m,
+               int64_t n, int64_t k, float alpha, const void* a, const void* b, float beta,
+               float* c);
   // gemm in TF32, k > 0 (tf32_gemm.cu).
   void tf32_gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
                  float alpha, const float* a, const float* b, float beta, float* c);

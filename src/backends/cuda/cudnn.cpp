@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "backends/cuda/conv_mode.hpp"
+#include "backends/cuda/alignment.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_context.hpp"
@@ -135,6 +136,33 @@ ConvPlans& CudaContext::conv_plans() {
   return *conv_plans_;
 }
 
+cudnnStatus_t run_choice(cudnnHandle_t handle, const ConvPlan& plan, ConvDirection direction,
+                         const Choice& c, void* x, void* w, void* y, void* workspace,
+                         float beta) {
+  if (c.graph) return c.graph->execute(handle, x, w, y, workspace);  // beta 0 only
+  const cudnnStatus_t math = cudnnSetConvolutionMathType(plan.conv->get(), c.math);
+  if (math != CUDNN_STATUS_SUCCESS) return math;
+  const float one = 1.0f;
+  switch (direction) {
+    case ConvDirection::kForward:
+      return cudnnConvolutionForward(handle, &one, plan.x->get(), x, plan.w->get(), w,
+                                     plan.conv->get(),
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), workspace,
+                                     c.workspace, &beta, plan.y->get(), y);
+    case ConvDirection::kBackwardData:
+      return cudnnConvolutionBackwardData(
+          handle, &one, plan.w->get(), w, plan.y->get(), y, plan.conv->get(),
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), workspace, c.workspace, &beta,
+          plan.x->get(), x);
+    case ConvDirection::kBackwardFilter:
+      return cudnnConvolutionBackwardFilter(
+          handle, &one, plan.x->get(), x, plan.y->get(), y, plan.conv->get(),
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), workspace, c.workspace, &beta,
+          plan.w->get(), w);
+  }
+  return CUDNN_STATUS_BAD_PARAM;
+}
+
 namespace {
 
 // Whether every size cuDNN's legacy API takes as an int, element counts included, fits.
@@ -202,9 +230,7 @@ const ConvPlan& plan_for(CudaContext& context, const ConvGeometry& g, ConvMode m
 // cudnn_graph.cpp): a layer's blobs and parameters are; a view at an odd offset runs by
 // im2col instead.
 bool graph_aligned(std::initializer_list<const void*> pointers) {
-  for (const void* p : pointers)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
+  return alignment_of(pointers) >= 16;
 }
 
 // The context's workspace for a direction's algorithm (null when it needs none).
@@ -219,19 +245,11 @@ void* workspace_for(CudaContext& context, const Choice& choice) {
 bool dnn_forward(CudaContext& context, const ConvGeometry& g, ConvMode mode, const void* x,
                  const void* weight, void* y) {
   const ConvPlan& plan = plan_for(context, g, mode);
-  if (!plan.forward.in_cudnn()) return false;
-  if (plan.forward.graph) {
-    if (!graph_aligned({x, weight, y})) return false;
-    plan.forward.graph->run(context.dnn(), const_cast<void*>(x), const_cast<void*>(weight), y,
-                            workspace_for(context, plan.forward));
-    return true;
-  }
-  const float one = 1.0f, zero = 0.0f;
-  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.forward.math));
-  LAMINA_CUDNN_CHECK(cudnnConvolutionForward(
-      context.dnn(), &one, plan.x->get(), x, plan.w->get(), weight, plan.conv->get(),
-      static_cast<cudnnConvolutionFwdAlgo_t>(plan.forward.algo),
-      workspace_for(context, plan.forward), plan.forward.workspace, &zero, plan.y->get(), y));
+  const Choice& c = plan.forward;
+  if (!c.in_cudnn() || (c.graph && !graph_aligned({x, weight, y}))) return false;
+  LAMINA_CUDNN_CHECK(run_choice(context.dnn(), plan, ConvDirection::kForward, c,
+                                const_cast<void*>(x), const_cast<void*>(weight), y,
+                                workspace_for(context, c), 0.0f));
   return true;
 }
 
@@ -239,21 +257,11 @@ bool dnn_forward(CudaContext& context, const ConvGeometry& g, ConvMode mode, con
 bool dnn_backward_data(CudaContext& context, const ConvGeometry& g, ConvMode mode,
                        const void* weight, const void* dy, void* dx) {
   const ConvPlan& plan = plan_for(context, g, mode);
-  if (!plan.backward_data.in_cudnn()) return false;
-  if (plan.backward_data.graph) {
-    if (!graph_aligned({weight, dy, dx})) return false;
-    plan.backward_data.graph->run(context.dnn(), dx, const_cast<void*>(weight),
-                                  const_cast<void*>(dy),
-                                  workspace_for(context, plan.backward_data));
-    return true;
-  }
-  const float one = 1.0f, zero = 0.0f;
-  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_data.math));
-  LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardData(
-      context.dnn(), &one, plan.w->get(), weight, plan.y->get(), dy, plan.conv->get(),
-      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.backward_data.algo),
-      workspace_for(context, plan.backward_data), plan.backward_data.workspace, &zero,
-      plan.x->get(), dx));
+  const Choice& c = plan.backward_data;
+  if (!c.in_cudnn() || (c.graph && !graph_aligned({weight, dy, dx}))) return false;
+  LAMINA_CUDNN_CHECK(run_choice(context.dnn(), plan, ConvDirection::kBackwardData, c, dx,
+                                const_cast<void*>(weight), const_cast<void*>(dy),
+                                workspace_for(context, c), 0.0f));
   return true;
 }
 
@@ -264,26 +272,17 @@ bool dnn_backward_filter(CudaContext& context, const ConvGeometry& g, ConvMode m
                          const void* x, const void* dy, float* dweight,
                          const uint16_t** half_gradient) {
   const ConvPlan& plan = plan_for(context, g, mode);
-  if (!plan.backward_filter.in_cudnn()) return false;
-  if (plan.backward_filter.graph && !graph_aligned({x, dy})) return false;
+  const Choice& c = plan.backward_filter;
+  if (!c.in_cudnn() || (c.graph && !graph_aligned({x, dy}))) return false;
   const bool half = element_bytes(mode) == 2;
-  const size_t offset = filter_gradient_offset(plan.backward_filter);
+  const size_t offset = filter_gradient_offset(c);
   char* workspace = static_cast<char*>(
-      context.workspace(half ? offset + sizeof(uint16_t) * g.weight_count()
-                             : plan.backward_filter.workspace));
+      context.workspace(half ? offset + sizeof(uint16_t) * g.weight_count() : c.workspace));
   void* gradient = half ? static_cast<void*>(workspace + offset) : dweight;
   if (half) *half_gradient = static_cast<const uint16_t*>(gradient);
-  if (plan.backward_filter.graph) {  // 16-bit modes only: written with beta 0
-    plan.backward_filter.graph->run(context.dnn(), const_cast<void*>(x), gradient,
-                                    const_cast<void*>(dy), workspace);
-    return true;
-  }
-  const float one = 1.0f, beta = half ? 0.0f : 1.0f;
-  LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv->get(), plan.backward_filter.math));
-  LAMINA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-      context.dnn(), &one, plan.x->get(), x, plan.y->get(), dy, plan.conv->get(),
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.backward_filter.algo), workspace,
-      plan.backward_filter.workspace, &beta, plan.w->get(), gradient));
+  LAMINA_CUDNN_CHECK(run_choice(context.dnn(), plan, ConvDirection::kBackwardFilter, c,
+                                const_cast<void*>(x), gradient, const_cast<void*>(dy),
+                                workspace, half ? 0.0f : 1.0f));
   return true;
 }
 

@@ -254,22 +254,15 @@ std::pair<int, float> fastest_graph_plan(cudnnHandle_t handle,
   if (bytes > 0 && workspace.get() == nullptr) return {-1, 0.0f};
   cudaStream_t stream = nullptr;
   LAMINA_CUDNN_CHECK(cudnnGetStream(handle, &stream));
-  DeviceTimer timer(stream);
-  constexpr int kRuns = 3;
   int best = -1;
   float best_ms = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
     // A plan that fails to run (an engine's limit cuDNN did not check when finalizing it) is
     // left out.
-    bool ok = plans[i]->execute(handle, x, w, y, workspace.get()) == CUDNN_STATUS_SUCCESS;
-    timer.start();
-    for (int r = 0; r < kRuns && ok; ++r)
-      ok = plans[i]->execute(handle, x, w, y, workspace.get()) == CUDNN_STATUS_SUCCESS;
-    const float ms = timer.stop() / kRuns;
-    if (!ok) {
-      cudaGetLastError();
-      continue;
-    }
+    const float ms = mean_ms(stream, 3, [&] {
+      return plans[i]->execute(handle, x, w, y, workspace.get()) == CUDNN_STATUS_SUCCESS;
+    });
+    if (ms < 0) continue;
     VLOG(2) << "  cuDNN graph engine configuration " << i << ": " << ms << " ms, workspace "
             << plans[i]->workspace() << " bytes";
     if (best < 0 || ms < best_ms) {

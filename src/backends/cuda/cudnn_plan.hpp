@@ -147,6 +147,13 @@ struct ConvPlans {
 // "x (8, 3, 32, 32), weight (16, 3, 3, 3), stride 1x1, ... -> y (8, 16, 32, 32)" (cudnn.cpp)
 std::string describe(const ConvGeometry& g);
 
+// Runs direction's choice c of plan on handle's stream (cudnn.cpp): x (dx), w (dw), y (dy) as
+// the direction reads and writes them, the written array scaled by beta first (0:
+// overwritten; a graph plan writes with beta 0 only), with workspace of c.workspace bytes.
+cudnnStatus_t run_choice(cudnnHandle_t handle, const ConvPlan& plan, ConvDirection direction,
+                         const Choice& c, void* x, void* w, void* y, void* workspace,
+                         float beta);
+
 // Sets the plan's descriptors for g in mode and chooses its three algorithms: `remembered`
 // where it is given and cuDNN accepts it for g, otherwise the fastest deterministic ones of
 // that mode by timing (cudnn_search.cpp). Algorithms may ask for at most `limit` bytes of

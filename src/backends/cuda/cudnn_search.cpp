@@ -182,21 +182,6 @@ void time_algorithms(std::vector<Perf>& order, Find find) {
   order = std::move(timed);
 }
 
-// The mean time in milliseconds of three runs of run() (which returns cuDNN's status) after
-// one to warm up, on handle's stream; -1 when a run fails.
-template <class Run>
-float time_runs(cudnnHandle_t handle, Run run) {
-  cudaStream_t stream = nullptr;
-  LAMINA_CUDNN_CHECK(cudnnGetStream(handle, &stream));
-  DeviceTimer timer(stream);
-  bool ok = run() == CUDNN_STATUS_SUCCESS;
-  timer.start();
-  for (int r = 0; r < 3 && ok; ++r) ok = run() == CUDNN_STATUS_SUCCESS;
-  const float ms = timer.stop() / 3;
-  if (!ok) cudaGetLastError();
-  return ok ? ms : -1;
-}
-
 // The index-th of plans as a choice.
 Choice graph_choice(const std::vector<std::shared_ptr<GraphPlan>>& plans, int index) {
   Choice c;
@@ -357,27 +342,16 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvMode 
   // same arrays, or a legacy choice that is not deterministic.
   Choice* choices[3] = {&plan.forward, &plan.backward_data, &plan.backward_filter};
   if (arrays.x != nullptr) {
-    const float one = 1.0f, zero = 0.0f;
+    cudaStream_t stream = nullptr;
+    LAMINA_CUDNN_CHECK(cudnnGetStream(handle, &stream));
     // The legacy algorithm of direction d, on the arrays (-1 where it has none).
     auto legacy_ms = [&](int d) -> float {
       const Choice& c = *choices[d];
       if (c.algo < 0) return -1;
-      LAMINA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, c.math));
-      auto run = [&] {
-        if (d == 0)
-          return cudnnConvolutionForward(handle, &one, x, arrays.x, w, arrays.w, conv,
-                                         static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
-                                         arrays.workspace, c.workspace, &zero, y, arrays.y);
-        if (d == 1)
-          return cudnnConvolutionBackwardData(handle, &one, w, arrays.w, y, arrays.y, conv,
-                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-                                              arrays.workspace, c.workspace, &zero, x, arrays.x);
-        return cudnnConvolutionBackwardFilter(
-            handle, &one, x, arrays.x, y, arrays.y, conv,
-            static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), arrays.workspace,
-            c.workspace, &zero, w, arrays.w);
-      };
-      return time_runs(handle, run);
+      return mean_ms(stream, 3, [&] {
+        return run_choice(handle, plan, static_cast<ConvDirection>(d), c, arrays.x, arrays.w,
+                          arrays.y, arrays.workspace, 0.0f) == CUDNN_STATUS_SUCCESS;
+      });
     };
     for (int d = 0; d < 3; ++d) {
       if (kept[d]) continue;

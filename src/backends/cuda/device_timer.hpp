@@ -1,5 +1,6 @@
-// Timing candidate algorithms on the device (lt_matmul.cu, cudnn_graph.cpp): scratch memory
-// and an event pair that free themselves, so an error thrown while timing leaks nothing.
+// Timing candidate algorithms on the device (lt_matmul.cu, cudnn_graph.cpp,
+// cudnn_search.cpp): scratch memory and an event pair that free themselves, so an error
+// thrown while timing leaks nothing, and the mean time of a few runs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -57,5 +58,21 @@ class DeviceTimer {
   cudaStream_t stream_;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
+
+// The mean milliseconds of `runs` calls of run() on stream after one call to warm up; run()
+// returns whether it succeeded. -1 when a call fails (the CUDA error it left is cleared).
+template <class Run>
+float mean_ms(cudaStream_t stream, int runs, Run run) {
+  DeviceTimer timer(stream);
+  bool ok = run();
+  timer.start();
+  for (int r = 0; r < runs && ok; ++r) ok = run();
+  const float ms = timer.stop() / runs;
+  if (!ok) {
+    cudaGetLastError();
+    return -1;
+  }
+  return ms;
+}
 
 }  // namespace lamina::cuda_detail

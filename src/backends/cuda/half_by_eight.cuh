@@ -1,21 +1,15 @@
 // Elementwise kernels over 16-bit arrays eight values at a time: each group of eight is one
 // 16-byte load per input and one 16-byte store, where two-byte loads ran at about half the
-// memory's speed. For arrays whose addresses are all 16-byte aligned (aligned16).
+// memory's speed. For arrays whose addresses are all 16-byte aligned (alignment.hpp).
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <utility>
 
+#include "backends/cuda/alignment.hpp"
 #include "backends/cuda/kernel_util.cuh"
 
 namespace lamina::cuda_detail {
-
-inline bool aligned16(std::initializer_list<const void*> pointers) {
-  for (const void* p : pointers)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
-}
 
 template <class F, size_t N, size_t... I>
 __device__ __forceinline__ uint16_t apply_to_lane(const F& f, const uint4 (&groups)[N], int k,

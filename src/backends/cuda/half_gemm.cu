@@ -25,11 +25,8 @@ void CudaBackend::gemm(Half format, Transpose trans_a, Transpose trans_b, int64_
   on_device();
   if (m == 0 || n == 0) return;
   if (k == 0) return empty_product(m * n, beta, c);
-  const LtKey key = lt_gemm_key(trans_a, trans_b, m, n, k, Math::kFP32, half_data_type(format),
-                                CUDA_R_32F, {a, b, c});
-  if (lt_matmul(key, alpha, b, a, nullptr, beta, c)) return;
-  gemm_ex(half_data_type(format), CUDA_R_32F, CUBLAS_COMPUTE_32F, trans_a, trans_b, m, n, k,
-          alpha, a, b, beta, c);
+  lt_gemm(half_data_type(format), Math::kFP32, trans_a, trans_b, m, n, k, alpha, a, b, beta,
+          c);
 }
 
 void CudaBackend::gemm(Half format, Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,

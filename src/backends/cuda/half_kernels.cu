@@ -104,7 +104,7 @@ void CudaBackend::axpby(Half format, int64_t n, float alpha, const uint16_t* x, 
   const cudaStream_t s = on_device();
   if (n <= 0) return;
   // (Both coefficients 0, which reads nothing, goes value by value.)
-  const bool aligned = aligned16({x, y}) && (alpha != 0 || beta != 0);
+  const bool aligned = alignment_of({x, y}) >= 16 && (alpha != 0 || beta != 0);
   with_half_storage(format, [&](auto storage) {
     using S = decltype(storage);
     if (aligned) {

@@ -61,15 +61,6 @@ LtPlans& CudaContext::lt_plans() {
   return *lt_plans_;
 }
 
-int alignment_of(std::initializer_list<const void*> pointers) {
-  int align = 256;
-  for (const void* p : pointers) {
-    if (p == nullptr) continue;
-    while (reinterpret_cast<uintptr_t>(p) % align != 0) align /= 2;
-  }
-  return align;
-}
-
 namespace {
 
 template <class T>
@@ -178,19 +169,16 @@ int fastest(CudaContext& context, cublasLtHandle_t handle, const LtKey& key, con
     return 0;
   }
   LAMINA_CUDA_CHECK(cudaMemsetAsync(d.get(), 0, d_bytes, s));
-  DeviceTimer timer(s);
-  constexpr int kRuns = 5;
   int best = 0;
   float best_ms = 0;
   for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
-    const cublasLtMatmulAlgo_t& algo = plan.candidates[i];
-    run(handle, plan, algo, 1.0f, a, b, beta, d.get(), context.blas_workspace(), s);
-    timer.start();
-    for (int r = 0; r < kRuns; ++r)
-      run(handle, plan, algo, 1.0f, a, b, beta, d.get(), context.blas_workspace(), s);
-    const float ms = timer.stop();
+    const float ms = mean_ms(s, 5, [&] {
+      run(handle, plan, plan.candidates[i], 1.0f, a, b, beta, d.get(), context.blas_workspace(),
+          s);
+      return true;
+    });
     VLOG(2) << "cuBLASLt candidate " << i << " for " << key.m << "x" << key.k << " by "
-            << key.k << "x" << key.n << ": " << ms * 1000 / kRuns << " us";
+            << key.k << "x" << key.n << ": " << ms * 1000 << " us";
     if (i == 0 || ms < 0.98f * best_ms) {
       best = i;
       best_ms = ms;

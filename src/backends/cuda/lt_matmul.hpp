@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <tuple>
 
+#include "backends/cuda/alignment.hpp"
 #include "lamina/backend.hpp"
 
 namespace lamina::cuda_detail {
@@ -29,9 +30,6 @@ struct LtKey {
   }
   bool operator<(const LtKey& other) const { return tied() < other.tied(); }
 };
-
-// The largest power of two, at most 256, that divides every non-null address.
-int alignment_of(std::initializer_list<const void*> pointers);
 
 // The key of a row-major gemm C (m, n) = op(A) (m, k) op(B) (k, n): column-major, C^T =
 // op(B)^T op(A)^T, so lt_matmul takes B as its A and A as its B.

@@ -70,11 +70,7 @@ void CudaBackend::tf32_gemm(Transpose trans_a, Transpose trans_b, int64_t m, int
     transpose(s, k, n, b, b_t);  // (n, k)
     return tf32_gemm(Transpose::kNo, Transpose::kYes, m, n, k, alpha, a_t, b_t, beta, c);
   }
-  const LtKey key =
-      lt_gemm_key(trans_a, trans_b, m, n, k, Math::kTF32, CUDA_R_32F, CUDA_R_32F, {a, b, c});
-  if (lt_matmul(key, alpha, b, a, nullptr, beta, c)) return;
-  gemm_ex(CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, trans_a, trans_b, m, n, k, alpha,
-          a, b, beta, c);
+  lt_gemm(CUDA_R_32F, Math::kTF32, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
 }
 
 }  // namespace lamina::cuda_detail

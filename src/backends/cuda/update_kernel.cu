@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/alignment.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/half_storage.cuh"
@@ -160,8 +161,6 @@ __global__ void __launch_bounds__(kBlock, 2048 / kBlock)
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <UpdateRule kRule, class Copy>
 void launch_update(cudaStream_t stream, const UpdateConstants& constants, const StepState* step,
                    const UpdateLayout& layout, float* w, const float* g, float* h, float* h2,
@@ -171,8 +170,7 @@ void launch_update(cudaStream_t stream, const UpdateConstants& constants, const 
   // the square roots) spill at width 4 and ran 2% slower than one float per thread (Adam on
   // an H200: 0.227 against 0.222 ms for 25.6M floats), so they have no four-float kernel.
   if constexpr (kRule == UpdateRule::kSGD || kRule == UpdateRule::kNesterov) {
-    const bool copy_aligned = reinterpret_cast<uintptr_t>(copy) % 8 == 0;
-    if (layout.n % 4 == 0 && aligned16(w) && aligned16(g) && aligned16(h) && copy_aligned) {
+    if (layout.n % 4 == 0 && alignment_of({w, g, h}) >= 16 && alignment_of({copy}) >= 8) {
       update_kernel<kRule, 4, Copy><<<elementwise_grid(layout.n / 4), kBlock, 0, stream>>>(
           constants, step, layout.first, layout.n, layout.segments, layout.block_segment, w, g,
           h, h2, copy);
