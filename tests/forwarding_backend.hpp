@@ -218,9 +218,9 @@ class ForwardingBackend : public CoreForwardingBackend {
     inner_.channel_moments(o, c, i, x, mean, var);
   }
   void batch_norm_forward(int64_t o, int64_t c, int64_t i, float eps, const float* x,
-                          const float* mean, const float* var, float* y,
-                          float* inv_std) override {
-    inner_.batch_norm_forward(o, c, i, eps, x, mean, var, y, inv_std);
+                          const float* mean, const float* var, float* y, float* inv_std,
+                          float* kept) override {
+    inner_.batch_norm_forward(o, c, i, eps, x, mean, var, y, inv_std, kept);
   }
   void batch_norm_inference(int64_t o, int64_t c, int64_t i, float eps, const float* x,
                             const float* mean_sum, const float* var_sum, const float* factor,
@@ -238,6 +238,10 @@ class ForwardingBackend : public CoreForwardingBackend {
   void channel_reduce(int64_t o, int64_t c, int64_t i, const float* a, const float* b,
                       float* out) override {
     inner_.channel_reduce(o, c, i, a, b, out);
+  }
+  void scale_gradients(int64_t o, int64_t c, int64_t i, const float* dy, const float* x,
+                       float* dscale, float* dbias) override {
+    inner_.scale_gradients(o, c, i, dy, x, dscale, dbias);
   }
   void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
                  int64_t dst_stride) override {
@@ -279,14 +283,18 @@ class ForwardingBackend : public CoreForwardingBackend {
                       const uint16_t* b, float* out) override {
     inner_.channel_reduce(f, o, c, i, a, b, out);
   }
+  void scale_gradients(Half f, int64_t o, int64_t c, int64_t i, const uint16_t* dy,
+                       const uint16_t* x, float* dscale, float* dbias) override {
+    inner_.scale_gradients(f, o, c, i, dy, x, dscale, dbias);
+  }
   void channel_moments(Half f, int64_t o, int64_t c, int64_t i, const uint16_t* x, float* mean,
                        float* var) override {
     inner_.channel_moments(f, o, c, i, x, mean, var);
   }
   void batch_norm_forward(Half f, int64_t o, int64_t c, int64_t i, float eps, const uint16_t* x,
-                          const float* mean, const float* var, uint16_t* y,
-                          float* inv_std) override {
-    inner_.batch_norm_forward(f, o, c, i, eps, x, mean, var, y, inv_std);
+                          const float* mean, const float* var, uint16_t* y, float* inv_std,
+                          uint16_t* kept) override {
+    inner_.batch_norm_forward(f, o, c, i, eps, x, mean, var, y, inv_std, kept);
   }
   void batch_norm_inference(Half f, int64_t o, int64_t c, int64_t i, float eps,
                             const uint16_t* x, const float* mean_sum, const float* var_sum,

@@ -328,15 +328,17 @@ TEST_F(CudaConvOpsTest, BatchNorm) {
       be.channel_moments(s.outer, s.channels, s.inner, x.get(), mean.get(), var.get());
       Floats y(be, n, std::nanf(""));
       Floats inv_std(be, s.channels, std::nanf(""));
+      Floats kept(be, n, std::nanf(""));
       be.batch_norm_forward(s.outer, s.channels, s.inner, 1e-5f, x.get(), mean.get(), var.get(),
-                            y.get(), inv_std.get());
+                            y.get(), inv_std.get(), kept.get());
+      EXPECT_EQ(kept.host(), y.host());
       Floats dy(be, random_values(n, 2));
       Floats dx(be, n, std::nanf(""));
       be.batch_norm_backward(s.outer, s.channels, s.inner, y.get(), dy.get(), inv_std.get(),
                              dx.get());
       // In place, as the BatchNorm layer may run it.
       be.batch_norm_forward(s.outer, s.channels, s.inner, 1e-3f, x.get(), mean.get(), var.get(),
-                            x.get(), inv_std.get());
+                            x.get(), inv_std.get(), nullptr);
       return {{"mean", mean.host()}, {"var", var.host()},       {"y", y.host()},
               {"dx", dx.host()},     {"y in place", x.host()}, {"inv_std", inv_std.host()}};
     });
@@ -399,6 +401,28 @@ TEST_F(CudaConvOpsTest, ChannelReduceAccumulates) {
         return {{"out", out.host()}};
       });
     }
+  }
+}
+
+// Scale's two gradients in one call (one pass over dy on CUDA): the same bits as two
+// channel_reduce calls, and the Native backend's sums.
+TEST_F(CudaConvOpsTest, ScaleGradientsAreTwoChannelReductions) {
+  for (const ChannelShape& s : kChannelShapes) {
+    SCOPED_TRACE(::testing::Message() << "(" << s.outer << ", " << s.channels << ", " << s.inner
+                                      << ")");
+    const int64_t n = s.outer * s.channels * s.inner;
+    expect_same([&](Backend& be) -> Outputs {
+      Floats dy(be, random_values(n, 1)), x(be, random_values(n, 2));
+      Floats dscale(be, random_values(s.channels, 3)), dbias(be, random_values(s.channels, 4));
+      Floats dscale2(be, random_values(s.channels, 3)), dbias2(be, random_values(s.channels, 4));
+      be.scale_gradients(s.outer, s.channels, s.inner, dy.get(), x.get(), dscale.get(),
+                         dbias.get());
+      be.channel_reduce(s.outer, s.channels, s.inner, dy.get(), x.get(), dscale2.get());
+      be.channel_reduce(s.outer, s.channels, s.inner, dy.get(), nullptr, dbias2.get());
+      EXPECT_EQ(dscale.host(), dscale2.host());
+      EXPECT_EQ(dbias.host(), dbias2.host());
+      return {{"dscale", dscale.host()}, {"dbias", dbias.host()}};
+    });
   }
 }
 

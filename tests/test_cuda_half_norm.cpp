@@ -37,7 +37,9 @@ struct ChannelShape {
   int64_t outer, channels, inner;
   int64_t count() const { return outer * channels * inner; }
 };
-const ChannelShape kShapes[] = {{3, 5, 37}, {4, 6, 9}, {64, 8, 256}};
+// Rows of 37 and 9 values are walked one value at a time, rows of 64 and 256 in groups of
+// eight (channel_groups.cuh): 8 groups a row (a grid-stride loop) and 32 (a block a row).
+const ChannelShape kShapes[] = {{3, 5, 37}, {4, 6, 9}, {6, 5, 64}, {64, 8, 256}};
 
 std::vector<double> relative_bounds(const std::vector<float>& v, int ulps) {
   std::vector<double> b(v.size());
@@ -69,10 +71,12 @@ TEST_P(CudaHalfNorm, BatchNormGivesNativesStatisticsValuesAndGradients) {
     Bits y[2], dx[2], dx_in_place;
     for (int b = 0; b < 2; ++b) {
       Halves xs(*backends[b], x), ys(*backends[b], n, uint16_t{0x7fc0});
+      Halves kept(*backends[b], n, uint16_t{0x7fc0});
       Floats m(*backends[b], mean[1]), v(*backends[b], var[1]), is(*backends[b], c, 0.0f);
       backends[b]->batch_norm_forward(f, s.outer, c, s.inner, eps, xs.get(), m.get(), v.get(),
-                                      ys.get(), is.get());
+                                      ys.get(), is.get(), kept.get());
       y[b] = ys.host();
+      EXPECT_EQ(kept.host(), y[b]);
       inv[b] = is.host();
     }
     EXPECT_EQ(inv[0], inv[1]);
@@ -143,6 +147,12 @@ TEST_P(CudaHalfNorm, ChannelAffineInPlaceAndChannelSums) {
           prod(*backends[b], bias);
       backends[b]->channel_reduce(f, s.outer, channels, inner, data.get(), nullptr, out.get());
       backends[b]->channel_reduce(f, s.outer, channels, inner, data.get(), o.get(), prod.get());
+      // Scale's two gradients in one call: the same bits as the two sums above.
+      Floats dscale(*backends[b], bias), dbias(*backends[b], bias);
+      backends[b]->scale_gradients(f, s.outer, channels, inner, data.get(), o.get(),
+                                   dscale.get(), dbias.get());
+      EXPECT_EQ(dscale.host(), prod.host());
+      EXPECT_EQ(dbias.host(), out.host());
       backends[b]->channel_affine(f, s.outer, channels, inner, data.get(), sc.get(), bi.get(),
                                   data.get());
       y[b] = data.host();

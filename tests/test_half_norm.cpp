@@ -48,9 +48,9 @@ TEST_P(HalfNorm, BatchNormRoundsEachResultOnce) {
 
   Bits y16(n), dx16(n);
   native_.batch_norm_forward(f, outer, c, inner, 1e-5f, x.data(), mean.data(), var.data(),
-                             y16.data(), inv16.data());
+                             y16.data(), inv16.data(), nullptr);
   native_.batch_norm_forward(outer, c, inner, 1e-5f, xv.data(), mean.data(), var.data(),
-                             y.data(), inv.data());
+                             y.data(), inv.data(), nullptr);
   EXPECT_EQ(values(f, y16), rounded(f, y));
   EXPECT_EQ(inv16, inv);
   // The backward pass reads the stored (rounded) y.

@@ -175,7 +175,7 @@ TEST(MinimalBackend, OptionalOperationsAreUnsupportedAndThrowNamingBackendAndOpe
       {Operation::kPooling,
        [&] { be.pool_backward(PoolMethod::kMax, pool, p, mask.data(), p); }},
       {Operation::kBatchNorm, [&] { be.channel_moments(1, 2, 2, p, p, p); }},
-      {Operation::kBatchNorm, [&] { be.batch_norm_forward(1, 2, 2, 1e-5f, p, p, p, p, p); }},
+      {Operation::kBatchNorm, [&] { be.batch_norm_forward(1, 2, 2, 1e-5f, p, p, p, p, p, p); }},
       {Operation::kBatchNorm, [&] { be.batch_norm_backward(1, 2, 2, p, p, p, p); }},
       {Operation::kChannelAffine, [&] { be.channel_affine(1, 2, 2, p, p, p, p); }},
       {Operation::kChannelAffine, [&] { be.channel_reduce(1, 2, 2, p, p, p); }},

@@ -416,9 +416,10 @@ TEST_F(NativeConvOpsTest, BatchNormForwardAndBackwardMatchTheFormulas) {
   std::vector<float> mean(channels), var(channels);
   backend_.channel_moments(outer, channels, inner, x.data(), mean.data(), var.data());
 
-  std::vector<float> y(n, kGarbage), inv_std(channels, kGarbage);
+  std::vector<float> y(n, kGarbage), inv_std(channels, kGarbage), kept(n, kGarbage);
   backend_.batch_norm_forward(outer, channels, inner, eps, x.data(), mean.data(), var.data(),
-                              y.data(), inv_std.data());
+                              y.data(), inv_std.data(), kept.data());
+  EXPECT_EQ(kept, y);
   std::vector<double> inv_ref(channels), y_ref(n);
   for (int64_t c = 0; c < channels; ++c) inv_ref[c] = 1.0 / std::sqrt(double(var[c]) + eps);
   for (int64_t i = 0; i < n; ++i) {
@@ -485,7 +486,7 @@ TEST_F(NativeConvOpsTest, BatchNormInferenceDividesTheRunningSumsByTheFactor) {
     for (int64_t c = 0; c < channels; ++c)
       var[c] = factor == 0 ? 0.0f : static_cast<float>(var_sum[c] / double(factor));
     backend_.batch_norm_forward(outer, channels, inner, eps, x.data(), mean.data(), var.data(),
-                                y2.data(), inv2.data());
+                                y2.data(), inv2.data(), nullptr);
     EXPECT_EQ(y, y2);
     EXPECT_EQ(inv_std, inv2);
     std::vector<float> inplace = x;
@@ -507,7 +508,7 @@ TEST_F(NativeConvOpsTest, BatchNormBackwardIsTheGradientThroughTheBatchStatistic
   auto loss = [&](const std::vector<float>& x) {
     backend_.channel_moments(outer, channels, inner, x.data(), mean.data(), var.data());
     backend_.batch_norm_forward(outer, channels, inner, eps, x.data(), mean.data(), var.data(),
-                                y.data(), inv_std.data());
+                                y.data(), inv_std.data(), nullptr);
     double l = 0;
     for (int64_t i = 0; i < n; ++i) l += double(dy[i]) * y[i];
     return l;

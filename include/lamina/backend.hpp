@@ -349,10 +349,11 @@ class Backend {
   // biased variance (divided by outer * inner), both accumulated in double.
   virtual void channel_moments(int64_t outer, int64_t channels, int64_t inner, const float* x,
                                float* mean, float* var);
-  // y = (x - mean[c]) * inv_std[c] with inv_std[c] = 1 / sqrt(var[c] + eps), also written.
+  // y = (x - mean[c]) * inv_std[c] with inv_std[c] = 1 / sqrt(var[c] + eps), also written;
+  // where kept is not null, kept = y too (a layer's copy of y, in the same pass).
   virtual void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                                   const float* x, const float* mean, const float* var,
-                                  float* y, float* inv_std);
+                                  float* y, float* inv_std, float* kept);
   // With running statistics kept as Caffe keeps them (sums and a factor, factor[0] in this
   // backend's memory): mean[c] = mean_sum[c] / factor[0] and v = var_sum[c] / factor[0],
   // each divided in double and rounded once (0 when factor[0] is 0, as in Caffe), then as
@@ -373,6 +374,11 @@ class Backend {
   // out[c] += sum over outer and inner of a * b (b null: of a). Scale and bias gradients.
   virtual void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
                               const float* b, float* out);
+  // A Scale layer's gradients: channel_reduce(dy, x, dscale), then, where dbias is not null,
+  // channel_reduce(dy, null, dbias); a backend may read dy once for both (the default calls
+  // channel_reduce twice). The sums are the same either way.
+  virtual void scale_gradients(int64_t outer, int64_t channels, int64_t inner, const float* dy,
+                               const float* x, float* dscale, float* dbias);
   // kRowCopy. Row r of dst (rows, cols) at dst + r * dst_stride = row r of src at
   // src + r * src_stride. Concat's forward, and with the roles swapped its backward.
   virtual void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride,
@@ -409,12 +415,16 @@ class Backend {
   virtual void pool_backward(Half format, PoolMethod method, const PoolGeometry& g,
                              const uint16_t* dy, const int32_t* mask, uint16_t* dx);
   // As channel_affine with x and y in `format` (scale and bias FP32), y rounded once; and as
-  // channel_reduce with a and b (b may be null) in `format`, out FP32.
+  // channel_reduce and scale_gradients with a, b, dy and x in `format`, out and the
+  // gradients FP32.
   virtual void channel_affine(Half format, int64_t outer, int64_t channels, int64_t inner,
                               const uint16_t* x, const float* scale, const float* bias,
                               uint16_t* y);
   virtual void channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
                               const uint16_t* a, const uint16_t* b, float* out);
+  virtual void scale_gradients(Half format, int64_t outer, int64_t channels, int64_t inner,
+                               const uint16_t* dy, const uint16_t* x, float* dscale,
+                               float* dbias);
   // As channel_moments, batch_norm_forward, batch_norm_inference and batch_norm_backward with
   // x, y, dy and dx in `format`: the statistics, inv_std and the backward pass's means stay
   // FP32 (from sums in double), and each 16-bit result is rounded once.
@@ -422,7 +432,8 @@ class Backend {
                                const uint16_t* x, float* mean, float* var);
   virtual void batch_norm_forward(Half format, int64_t outer, int64_t channels, int64_t inner,
                                   float eps, const uint16_t* x, const float* mean,
-                                  const float* var, uint16_t* y, float* inv_std);
+                                  const float* var, uint16_t* y, float* inv_std,
+                                  uint16_t* kept);
   virtual void batch_norm_inference(Half format, int64_t outer, int64_t channels,
                                     int64_t inner, float eps, const uint16_t* x,
                                     const float* mean_sum, const float* var_sum,

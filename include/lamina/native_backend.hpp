@@ -72,7 +72,7 @@ class NativeBackend final : public Backend {
                        const uint16_t* x, float* mean, float* var) override;
   void batch_norm_forward(Half format, int64_t outer, int64_t channels, int64_t inner,
                           float eps, const uint16_t* x, const float* mean, const float* var,
-                          uint16_t* y, float* inv_std) override;
+                          uint16_t* y, float* inv_std, uint16_t* kept) override;
   void batch_norm_inference(Half format, int64_t outer, int64_t channels, int64_t inner,
                             float eps, const uint16_t* x, const float* mean_sum,
                             const float* var_sum, const float* factor, uint16_t* y,
@@ -137,7 +137,7 @@ class NativeBackend final : public Backend {
                        float* mean, float* var) override;
   void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                           const float* x, const float* mean, const float* var, float* y,
-                          float* inv_std) override;
+                          float* inv_std, float* kept) override;
   void batch_norm_inference(int64_t outer, int64_t channels, int64_t inner, float eps,
                             const float* x, const float* mean_sum, const float* var_sum,
                             const float* factor, float* y, float* mean, float* inv_std) override;

@@ -47,7 +47,7 @@ void Backend::channel_moments(int64_t, int64_t, int64_t, const float*, float*, f
   unsupported(Operation::kBatchNorm, "channel_moments");
 }
 void Backend::batch_norm_forward(int64_t, int64_t, int64_t, float, const float*, const float*,
-                                 const float*, float*, float*) {
+                                 const float*, float*, float*, float*) {
   unsupported(Operation::kBatchNorm, "batch_norm_forward");
 }
 void Backend::batch_norm_inference(int64_t, int64_t, int64_t, float, const float*,
@@ -65,6 +65,11 @@ void Backend::channel_affine(int64_t, int64_t, int64_t, const float*, const floa
 }
 void Backend::channel_reduce(int64_t, int64_t, int64_t, const float*, const float*, float*) {
   unsupported(Operation::kChannelAffine, "channel_reduce");
+}
+void Backend::scale_gradients(int64_t outer, int64_t channels, int64_t inner, const float* dy,
+                              const float* x, float* dscale, float* dbias) {
+  channel_reduce(outer, channels, inner, dy, x, dscale);
+  if (dbias != nullptr) channel_reduce(outer, channels, inner, dy, nullptr, dbias);
 }
 void Backend::copy_rows(int64_t, int64_t, const float*, int64_t, float*, int64_t) {
   unsupported(Operation::kRowCopy, "copy_rows");
@@ -145,11 +150,17 @@ void Backend::channel_reduce(Half, int64_t, int64_t, int64_t, const uint16_t*,
                              const uint16_t*, float*) {
   unsupported_half("channel_reduce");
 }
+void Backend::scale_gradients(Half format, int64_t outer, int64_t channels, int64_t inner,
+                              const uint16_t* dy, const uint16_t* x, float* dscale,
+                              float* dbias) {
+  channel_reduce(format, outer, channels, inner, dy, x, dscale);
+  if (dbias != nullptr) channel_reduce(format, outer, channels, inner, dy, nullptr, dbias);
+}
 void Backend::channel_moments(Half, int64_t, int64_t, int64_t, const uint16_t*, float*, float*) {
   unsupported_half("channel_moments");
 }
 void Backend::batch_norm_forward(Half, int64_t, int64_t, int64_t, float, const uint16_t*,
-                                 const float*, const float*, uint16_t*, float*) {
+                                 const float*, const float*, uint16_t*, float*, uint16_t*) {
   unsupported_half("batch_norm_forward");
 }
 void Backend::batch_norm_inference(Half, int64_t, int64_t, int64_t, float, const uint16_t*,

@@ -19,8 +19,9 @@
 //
 // With the running statistics, batch_norm_inference divides the sums by the factor on the
 // device (no read-back).
-// Works in place. The normalised output is kept (y_) because a later in-place layer (Scale,
-// ReLU) overwrites the top that the backward pass through batch statistics needs.
+// Works in place. The normalised output is kept (y_, written in the same pass as the top)
+// because a later in-place layer (Scale, ReLU) overwrites the top that the backward pass
+// through batch statistics needs.
 // In a 16-bit precision x, y, y_ and the gradients are 16-bit; the statistics stay FP32.
 #include <memory>
 
@@ -104,13 +105,11 @@ class BatchNormLayer : public Layer {
       const Half f = half_format(storage_);
       backend_.channel_moments(f, n_, c_, s_, x.half_data(), mean, var);
       backend_.batch_norm_forward(f, n_, c_, s_, eps_, x.half_data(), mean, var,
-                                  y_->mutable_half_data(), inv_std);
-      backend_.copy(sizeof(uint16_t) * y_->count(), y_->half_data(), y.mutable_half_data());
+                                  y.mutable_half_data(), inv_std, y_->mutable_half_data());
     } else {
       backend_.channel_moments(n_, c_, s_, x.data(), mean, var);
-      backend_.batch_norm_forward(n_, c_, s_, eps_, x.data(), mean, var, y_->mutable_data(),
-                                  inv_std);
-      backend_.copy(sizeof(float) * y_->count(), y_->data(), y.mutable_data());
+      backend_.batch_norm_forward(n_, c_, s_, eps_, x.data(), mean, var, y.mutable_data(),
+                                  inv_std, y_->mutable_data());
     }
     if (global_) return;
     // Caffe's running sums; m/(m-1) makes the accumulated variance unbiased.

@@ -94,14 +94,11 @@ class ScaleLayer : public Layer {
     const int64_t outer = axes_.outer, channels = axes_.channels, inner = axes_.inner;
     if (is_half(storage_)) {
       const Half f = half_format(storage_);
-      const uint16_t* dy = top[0]->half_diff();
-      backend_.channel_reduce(f, outer, channels, inner, dy, x.half_data(), dscale);
-      if (dbias) backend_.channel_reduce(f, outer, channels, inner, dy, nullptr, dbias);
+      backend_.scale_gradients(f, outer, channels, inner, top[0]->half_diff(), x.half_data(),
+                               dscale, dbias);
       return;
     }
-    const float* dy = top[0]->diff();
-    backend_.channel_reduce(outer, channels, inner, dy, x.data(), dscale);
-    if (dbias != nullptr) backend_.channel_reduce(outer, channels, inner, dy, nullptr, dbias);
+    backend_.scale_gradients(outer, channels, inner, top[0]->diff(), x.data(), dscale, dbias);
   }
 
  private:

@@ -13,38 +13,59 @@ namespace {
 
 template <class S>
 struct DeviationTerms {  // (x - mu[c])^2, mu in double
+  using Storage = S;
   static constexpr int kSums = 1;
   const typename S::Stored* x;
   const double* mu;
-  __device__ void operator()(int64_t i, int64_t c, double* sum) const {
-    const double d = S::load(x[i]) - mu[c];
-    sum[0] += d * d;
+  int alignment() const { return alignment_of({x}); }
+  template <int W>
+  __device__ void add(int64_t i, int64_t c, double* sum) const {
+    float v[W];
+    load_group<S>(x, i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const double d = v[k] - mu[c];
+      sum[0] += d * d;
+    }
   }
 };
 template <class S>
 struct GradientTerms {  // dy and dy y: batch normalisation's backward pass
+  using Storage = S;
   static constexpr int kSums = 2;
   const typename S::Stored *dy, *y;
-  __device__ void operator()(int64_t i, int64_t, double* sum) const {
-    const float g = S::load(dy[i]);
-    sum[0] += g;
-    sum[1] += static_cast<double>(g) * S::load(y[i]);
+  int alignment() const { return alignment_of({dy, y}); }
+  template <int W>
+  __device__ void add(int64_t i, int64_t, double* sum) const {
+    float g[W], v[W];
+    load_group<S>(dy, i, g);
+    load_group<S>(y, i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      sum[0] += g[k];
+      sum[1] += static_cast<double>(g[k]) * v[k];
+    }
   }
 };
 
-// mean[c] and var[c] (biased) of x (outer, channels, inner): two passes in double.
-template <class S>
-__global__ void channel_moments_kernel(int64_t outer, int64_t channels, int64_t inner,
+// mean[c] and var[c] (biased) of x (outer, channels, groups * W): two passes in double.
+template <class S, int W>
+__global__ void channel_moments_kernel(int64_t outer, int64_t channels, int64_t groups,
                                        const typename S::Stored* x, float* mean, float* var) {
-  const int64_t m = outer * inner;
+  const int64_t m = outer * groups * W;
   LAMINA_BLOCK_STRIDE_LOOP(c, channels) {
     double sum[1];
-    channel_block_sums(outer, channels, inner, c, StoredTerms<S>{x}, sum);
+    channel_block_sums<W>(outer, channels, groups, c, StoredTerms<S>{x}, sum);
     const double mu = m > 0 ? sum[0] / static_cast<double>(m) : 0.0;
     double squares = 0;
-    LAMINA_CHANNEL_LOOP(e, outer, inner) {
-      const double d = S::load(x[(e.o * channels + c) * inner + e.j]) - mu;
-      squares += d * d;
+    LAMINA_CHANNEL_LOOP(e, outer, groups) {
+      float v[W];
+      load_group<S>(x, ((e.o * channels + c) * groups + e.j) * W, v);
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const double d = v[k] - mu;
+        squares += d * d;
+      }
     }
     squares = block_sum(squares);
     if (threadIdx.x == 0) {
@@ -78,25 +99,42 @@ __global__ void running_statistics_kernel(int64_t channels, float eps, const flo
 }
 
 template <class S>
-struct NormalizeOp {  // y = (x - mean[c]) * inv_std[c]
+struct NormalizeOp {  // y = (x - mean[c]) * inv_std[c], and kept = y where kept is not null
   const typename S::Stored* x;
   const float *mean, *inv_std;
-  typename S::Stored* y;
-  using In = float;
-  __device__ In load(int64_t i) const { return S::load(x[i]); }
-  __device__ void apply(int64_t i, int64_t c, In v) const {
-    y[i] = S::store(__fmul_rn(__fsub_rn(v, mean[c]), inv_std[c]));
+  typename S::Stored *y, *kept;
+  int alignment() const { return alignment_of({x, y, kept}); }
+  template <int W>
+  __device__ void apply(int64_t i, int64_t c) const {
+    const float mu = mean[c], scale = inv_std[c];
+    float v[W];
+    load_group<S>(x, i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = __fmul_rn(__fsub_rn(v[k], mu), scale);
+    store_group<S>(y, i, v);
+    if (kept != nullptr) store_group<S>(kept, i, v);
   }
 };
 
-// Batch normalisation's input gradient of one element: inv_std (dy - mean_dy - y mean_dy_y),
-// with mean_dy = mean_c(dy) and mean_dy_y = mean_c(dy y) of its channel.
-__device__ __forceinline__ float normalize_backward_value(float inv_std, float y, float dy,
-                                                         float mean_dy, float mean_dy_y) {
-  return __fmul_rn(inv_std, __fsub_rn(__fsub_rn(dy, mean_dy), __fmul_rn(y, mean_dy_y)));
+// Batch normalisation's input gradient of the group of W elements from i, all of one
+// channel: dx = inv_std (dy - mean_dy - y mean_dy_y), with mean_dy = mean_c(dy) and
+// mean_dy_y = mean_c(dy y) of that channel.
+template <class S, int W>
+__device__ __forceinline__ void normalize_backward_group(const typename S::Stored* y,
+                                                         const typename S::Stored* dy,
+                                                         typename S::Stored* dx, int64_t i,
+                                                         float inv_std, float mean_dy,
+                                                         float mean_dy_y) {
+  float v[W], g[W];
+  load_group<S>(y, i, v);
+  load_group<S>(dy, i, g);
+#pragma unroll
+  for (int k = 0; k < W; ++k)
+    v[k] = __fmul_rn(inv_std, __fsub_rn(__fsub_rn(g[k], mean_dy), __fmul_rn(v[k], mean_dy_y)));
+  store_group<S>(dx, i, v);
 }
 
-// dx = normalize_backward_value with means[c] = mean_c(dy) and means[channels + c] =
+// dx = normalize_backward_group's with means[c] = mean_c(dy) and means[channels + c] =
 // mean_c(dy y); dx may be dy or y.
 template <class S>
 struct NormalizeBackwardOp {
@@ -104,32 +142,30 @@ struct NormalizeBackwardOp {
   const float *inv_std, *means;
   int64_t channels;
   typename S::Stored* dx;
-  using In = float2;  // (y, dy)
-  __device__ In load(int64_t i) const { return make_float2(S::load(y[i]), S::load(dy[i])); }
-  __device__ void apply(int64_t i, int64_t c, In v) const {
-    dx[i] = S::store(
-        normalize_backward_value(inv_std[c], v.x, v.y, means[c], means[channels + c]));
+  int alignment() const { return alignment_of({y, dy, dx}); }
+  template <int W>
+  __device__ void apply(int64_t i, int64_t c) const {
+    normalize_backward_group<S, W>(y, dy, dx, i, inv_std[c], means[c], means[channels + c]);
   }
 };
 
 // dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)); dx may be dy or y.
-template <class S>
-__global__ void batch_norm_backward_kernel(int64_t outer, int64_t channels, int64_t inner,
+template <class S, int W>
+__global__ void batch_norm_backward_kernel(int64_t outer, int64_t channels, int64_t groups,
                                            const typename S::Stored* y,
                                            const typename S::Stored* dy, const float* inv_std,
                                            typename S::Stored* dx) {
-  const int64_t m = outer * inner;
+  const int64_t m = outer * groups * W;
   LAMINA_BLOCK_STRIDE_LOOP(c, channels) {
     // After the block sums every thread has read its elements, before any writes.
     double sum[2];
-    channel_block_sums(outer, channels, inner, c, GradientTerms<S>{dy, y}, sum);
+    channel_block_sums<W>(outer, channels, groups, c, GradientTerms<S>{dy, y}, sum);
     const float mean_dy = static_cast<float>(sum[0] / static_cast<double>(m));
     const float mean_dy_y = static_cast<float>(sum[1] / static_cast<double>(m));
     const float scale = inv_std[c];
-    LAMINA_CHANNEL_LOOP(e, outer, inner) {
-      const int64_t i = (e.o * channels + c) * inner + e.j;
-      dx[i] = S::store(normalize_backward_value(scale, S::load(y[i]), S::load(dy[i]),
-                                                mean_dy, mean_dy_y));
+    LAMINA_CHANNEL_LOOP(e, outer, groups) {
+      const int64_t i = ((e.o * channels + c) * groups + e.j) * W;
+      normalize_backward_group<S, W>(y, dy, dx, i, scale, mean_dy, mean_dy_y);
     }
   }
 }
@@ -155,9 +191,12 @@ void moments(CudaContext& context, cudaStream_t s, int64_t outer, int64_t channe
   }
   const ChannelParts split(outer, channels, inner, context.sm_count());
   if (split.parts == 0) {
-    channel_moments_kernel<S><<<row_grid(channels), kChannelBlock, 0, s>>>(outer, channels,
-                                                                           inner, x, mean, var);
-    LAMINA_CUDA_LAUNCHED(channel_moments_kernel);
+    with_group_width<S>(inner, alignment_of({x}), [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      channel_moments_kernel<S, W><<<row_grid(channels), kChannelBlock, 0, s>>>(
+          outer, channels, inner / W, x, mean, var);
+      LAMINA_CUDA_LAUNCHED(channel_moments_kernel);
+    });
     return;
   }
   // The parts' sums, then the means in double (mu), then the squared deviations from them.
@@ -176,15 +215,16 @@ void moments(CudaContext& context, cudaStream_t s, int64_t outer, int64_t channe
   LAMINA_CUDA_LAUNCHED(channel_means_kernel);
 }
 
-// y = (x - mean[c]) * inv_std[c] with inv_std = 1 / sqrt(var + eps), also written.
+// y = (x - mean[c]) * inv_std[c] with inv_std = 1 / sqrt(var + eps), also written, and
+// kept = y where kept is not null.
 template <class S>
 void normalize_batch(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, float eps,
                      const typename S::Stored* x, const float* mean, const float* var,
-                     typename S::Stored* y, float* inv_std) {
+                     typename S::Stored* y, float* inv_std, typename S::Stored* kept) {
   if (channels <= 0) return;
   inverse_std_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, eps, var, inv_std);
   LAMINA_CUDA_LAUNCHED(inverse_std_kernel);
-  launch_channel_op(s, outer, channels, inner, NormalizeOp<S>{x, mean, inv_std, y});
+  launch_channel_op<S>(s, outer, channels, inner, NormalizeOp<S>{x, mean, inv_std, y, kept});
 }
 
 // As normalize_batch with the running statistics (Caffe's sums and factor).
@@ -197,7 +237,8 @@ void normalize_running(cudaStream_t s, int64_t outer, int64_t channels, int64_t 
   running_statistics_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
       channels, eps, mean_sum, var_sum, factor, mean, inv_std);
   LAMINA_CUDA_LAUNCHED(running_statistics_kernel);
-  launch_channel_op(s, outer, channels, inner, NormalizeOp<S>{x, mean, inv_std, y});
+  launch_channel_op<S>(s, outer, channels, inner,
+                       NormalizeOp<S>{x, mean, inv_std, y, nullptr});
 }
 
 // dx = inv_std[c] (dy - mean_c(dy) - y mean_c(dy y)): a block per channel, or the parts'
@@ -210,9 +251,12 @@ void normalize_backward(CudaContext& context, cudaStream_t s, int64_t outer, int
   if (outer * channels * inner == 0) return;
   const ChannelParts split(outer, channels, inner, context.sm_count());
   if (split.parts == 0) {
-    batch_norm_backward_kernel<S><<<row_grid(channels), kChannelBlock, 0, s>>>(
-        outer, channels, inner, y, dy, inv_std, dx);
-    LAMINA_CUDA_LAUNCHED(batch_norm_backward_kernel);
+    with_group_width<S>(inner, alignment_of({y, dy, dx}), [&](auto width) {
+      constexpr int W = decltype(width)::value;
+      batch_norm_backward_kernel<S, W><<<row_grid(channels), kChannelBlock, 0, s>>>(
+          outer, channels, inner / W, y, dy, inv_std, dx);
+      LAMINA_CUDA_LAUNCHED(batch_norm_backward_kernel);
+    });
     return;
   }
   const int64_t partials = 2 * channels * split.parts;
@@ -223,8 +267,8 @@ void normalize_backward(CudaContext& context, cudaStream_t s, int64_t outer, int
   channel_means_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(
       channels, split.parts, 2, static_cast<double>(outer * inner), partial, means);
   LAMINA_CUDA_LAUNCHED(channel_means_kernel);
-  launch_channel_op(s, outer, channels, inner,
-                    NormalizeBackwardOp<S>{y, dy, inv_std, means, channels, dx});
+  launch_channel_op<S>(s, outer, channels, inner,
+                       NormalizeBackwardOp<S>{y, dy, inv_std, means, channels, dx});
 }
 
 }  // namespace
@@ -236,9 +280,9 @@ void CudaBackend::channel_moments(int64_t outer, int64_t channels, int64_t inner
 
 void CudaBackend::batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                                      const float* x, const float* mean, const float* var,
-                                     float* y, float* inv_std) {
+                                     float* y, float* inv_std, float* kept) {
   normalize_batch<Fp32Storage>(on_device(), outer, channels, inner, eps, x, mean, var, y,
-                               inv_std);
+                               inv_std, kept);
 }
 
 void CudaBackend::batch_norm_inference(int64_t outer, int64_t channels, int64_t inner,
@@ -267,11 +311,11 @@ void CudaBackend::channel_moments(Half format, int64_t outer, int64_t channels, 
 void CudaBackend::batch_norm_forward(Half format, int64_t outer, int64_t channels,
                                      int64_t inner, float eps, const uint16_t* x,
                                      const float* mean, const float* var, uint16_t* y,
-                                     float* inv_std) {
+                                     float* inv_std, uint16_t* kept) {
   const cudaStream_t s = on_device();
   with_half_storage(format, [&](auto storage) {
     normalize_batch<decltype(storage)>(s, outer, channels, inner, eps, x, mean, var, y,
-                                       inv_std);
+                                       inv_std, kept);
   });
 }
 

@@ -19,7 +19,8 @@
 //   conv_kernels.cu      convolution by im2col + cuBLAS, for builds without cuDNN and
 //                        geometries cuDNN cannot take
 //   pooling_kernels.cu, batch_norm_kernels.cu, channel_kernels.cu (per-channel affine and
-//   sums), both on channel_sums.cuh (per-channel reductions and elementwise launches),
+//   sums), both on channel_sums.cuh (per-channel reductions) and channel_groups.cuh
+//   (elementwise launches, 16 bytes per load),
 //   eltwise_kernels.cu (copy_rows, eltwise max)
 //   cuda_graph.cpp       capture(): steps recorded into CUDA graphs and replayed
 //   side_lane.cpp        the side lane for parameter gradients (a second stream)
@@ -146,7 +147,7 @@ class CudaBackend final : public Backend {
                        float* mean, float* var) override;
   void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                           const float* x, const float* mean, const float* var, float* y,
-                          float* inv_std) override;
+                          float* inv_std, float* kept) override;
   void batch_norm_inference(int64_t outer, int64_t channels, int64_t inner, float eps,
                             const float* x, const float* mean_sum, const float* var_sum,
                             const float* factor, float* y, float* mean, float* inv_std) override;
@@ -156,6 +157,8 @@ class CudaBackend final : public Backend {
                       const float* scale, const float* bias, float* y) override;
   void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,
                       const float* b, float* out) override;
+  void scale_gradients(int64_t outer, int64_t channels, int64_t inner, const float* dy,
+                       const float* x, float* dscale, float* dbias) override;
   void copy_rows(int64_t rows, int64_t cols, const float* src, int64_t src_stride, float* dst,
                  int64_t dst_stride) override;
   void eltwise_max_forward(int64_t n, int index, const float* x, float* y,
@@ -179,11 +182,14 @@ class CudaBackend final : public Backend {
                       uint16_t* y) override;
   void channel_reduce(Half format, int64_t outer, int64_t channels, int64_t inner,
                       const uint16_t* a, const uint16_t* b, float* out) override;
+  void scale_gradients(Half format, int64_t outer, int64_t channels, int64_t inner,
+                       const uint16_t* dy, const uint16_t* x, float* dscale,
+                       float* dbias) override;
   void channel_moments(Half format, int64_t outer, int64_t channels, int64_t inner,
                        const uint16_t* x, float* mean, float* var) override;
   void batch_norm_forward(Half format, int64_t outer, int64_t channels, int64_t inner,
                           float eps, const uint16_t* x, const float* mean, const float* var,
-                          uint16_t* y, float* inv_std) override;
+                          uint16_t* y, float* inv_std, uint16_t* kept) override;
   void batch_norm_inference(Half format, int64_t outer, int64_t channels, int64_t inner,
                             float eps, const uint16_t* x, const float* mean_sum,
                             const float* var_sum, const float* factor, uint16_t* y,

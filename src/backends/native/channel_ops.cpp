@@ -7,6 +7,7 @@
 // the thread count.
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -84,9 +85,11 @@ void NativeBackend::channel_moments(int64_t outer, int64_t channels, int64_t inn
 // x, y (outer, channels, inner); mean, var, inv_std (channels).
 void NativeBackend::batch_norm_forward(int64_t outer, int64_t channels, int64_t inner,
                                        float eps, const float* x, const float* mean,
-                                       const float* var, float* y, float* inv_std) {
+                                       const float* var, float* y, float* inv_std,
+                                       float* kept) {
   for (int64_t c = 0; c < channels; ++c) inv_std[c] = inverse_std(var[c], eps);
   normalize(outer, channels, inner, x, mean, inv_std, y);
+  if (kept != nullptr) std::copy_n(y, outer * channels * inner, kept);
 }
 
 // x, y (outer, channels, inner); mean_sum, var_sum, mean, inv_std (channels); factor (1).

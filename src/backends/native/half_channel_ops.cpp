@@ -3,6 +3,8 @@
 // does, each widens its 16-bit operands to floats in the staging arrays, runs the FP32
 // operation (channel_ops.cpp) and rounds each 16-bit result once; statistics, inv_std and
 // sums stay FP32, as on the CUDA backend.
+#include <algorithm>
+
 #include "lamina/native_backend.hpp"
 
 namespace lamina {
@@ -31,11 +33,12 @@ void NativeBackend::channel_moments(Half format, int64_t outer, int64_t channels
 void NativeBackend::batch_norm_forward(Half format, int64_t outer, int64_t channels,
                                        int64_t inner, float eps, const uint16_t* x,
                                        const float* mean, const float* var, uint16_t* y,
-                                       float* inv_std) {
+                                       float* inv_std, uint16_t* kept) {
   const int64_t n = outer * channels * inner;
   float* wide = const_cast<float*>(widen(format, n, x, 0));
-  batch_norm_forward(outer, channels, inner, eps, wide, mean, var, wide, inv_std);
+  batch_norm_forward(outer, channels, inner, eps, wide, mean, var, wide, inv_std, nullptr);
   to_half(format, n, wide, y);
+  if (kept != nullptr) std::copy_n(y, n, kept);
 }
 
 void NativeBackend::batch_norm_inference(Half format, int64_t outer, int64_t channels,
