@@ -145,9 +145,10 @@ TEST_F(NativeBackendTest, AllocationFailureThrowsWithTheByteCount) {
 // Optional operations
 // ---------------------------------------------------------------------------------------
 
-constexpr Operation kOptional[] = {Operation::kConvolution, Operation::kPooling,
-                                   Operation::kBatchNorm,   Operation::kChannelAffine,
-                                   Operation::kRowCopy,     Operation::kEltwiseMax};
+constexpr Operation kOptional[] = {Operation::kConvolution,   Operation::kPooling,
+                                   Operation::kBatchNorm,     Operation::kChannelAffine,
+                                   Operation::kRowCopy,       Operation::kEltwiseMax,
+                                   Operation::kBatchNormScale};
 
 TEST_F(NativeBackendTest, SupportsEveryOptionalOperation) {
   for (Operation op : kOptional) EXPECT_TRUE(backend_.supports(op)) << operation_name(op);
@@ -182,6 +183,12 @@ TEST(MinimalBackend, OptionalOperationsAreUnsupportedAndThrowNamingBackendAndOpe
       {Operation::kRowCopy, [&] { be.copy_rows(2, 2, p, 2, p + 8, 2); }},
       {Operation::kEltwiseMax, [&] { be.eltwise_max_forward(4, 1, p, p, mask.data()); }},
       {Operation::kEltwiseMax, [&] { be.eltwise_max_backward(4, 1, p, mask.data(), p); }},
+      {Operation::kBatchNormScale,
+       [&] { be.batch_norm_scale_forward(1, 2, 2, 1e-5f, p, p, p, p, p, p, p, p + 8); }},
+      {Operation::kBatchNormScale,
+       [&] { be.batch_norm_scale_sums(1, 2, 2, p, p, p, p, nullptr, nullptr); }},
+      {Operation::kBatchNormScale,
+       [&] { be.batch_norm_scale_backward(1, 2, 2, p, p, p, p, p, p); }},
   };
   for (const auto& [op, call] : calls) {
     const std::string message = error_of(call);

@@ -384,6 +384,132 @@ layer { name: "ip1" type: "Linear" bottom: "data" top: "ip1"
   }
 }
 
+// BatchNorm absorbs the Scale after it (batch statistics, per channel) and trains to the bit
+// as the two layers did (a Dropout of ratio 0 between them keeps them apart): with a layer
+// before it (its gradient and the Scale's), on the data (the Scale's gradient only, in
+// BatchNorm's backward_params), and with the Scale frozen (the input gradient only); in FP32
+// and in BF16.
+TEST(NetFusion, BatchNormAbsorbsTheScaleAfterItAndTrainsTheSame) {
+  const std::string head = R"(
+name: "bn"
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 4 dim: 3 } shape { dim: 4 } } }
+)";
+  const std::string before = R"(
+layer { name: "ip0" type: "Linear" bottom: "data" top: "h"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.7 } } }
+)";
+  // bn reads `bottom` and writes `normalised`, the Scale reads that and writes `top` (in
+  // place where the names are the same), and a Linear and the loss follow.
+  struct Pair {
+    std::string bottom = "h", normalised = "h", scale_extra, top = "h";
+    bool bias = true;
+    std::string text(bool apart) const {
+      std::string t = R"(layer { name: "bn" type: "BatchNorm" bottom: ")" + bottom +
+                      R"(" top: ")" + normalised + R"(" })" "\n";
+      if (apart)
+        t += R"(layer { name: "same" type: "Dropout" bottom: ")" + normalised + R"(" top: ")" +
+             normalised + R"(" dropout_param { dropout_ratio: 0 } })" "\n";
+      t += R"(layer { name: "scale" type: "Scale" bottom: ")" + normalised + R"(" top: ")" + top +
+           R"(" scale_param { filler { type: "uniform" min: 0.5 max: 1.5 }
+               bias_filler { type: "uniform" min: -0.5 max: 0.5 } bias_term: )" +
+           (bias ? "true" : "false") + " } " + scale_extra + " }\n";
+      return t + R"(layer { name: "ip2" type: "Linear" bottom: ")" + top + R"(" top: "s"
+                   inner_product_param { num_output: 3
+                                         weight_filler { type: "gaussian" std: 0.7 } } }
+                 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "s" bottom: "label" })";
+    }
+  };
+  struct Case {
+    std::string name, layers_before;
+    Pair pair;
+  };
+  Pair on_data, frozen, apart_top;
+  on_data.bottom = "data";
+  on_data.normalised = "n";
+  on_data.top = "n";
+  frozen.scale_extra = "param { lr_mult: 0 } param { lr_mult: 0 }";
+  apart_top.normalised = "n";
+  apart_top.top = "scaled";
+  apart_top.bias = false;
+  const std::vector<Case> cases = {
+      {"after a Linear", before, Pair()},
+      {"on the data", "", on_data},
+      {"frozen Scale", before, frozen},
+      {"neither in place, no bias", before, apart_top},
+  };
+  for (const std::string precision : {"", " precision: BF16"}) {
+    const SolverParameter sp = parse_solver_parameter(
+        "base_lr: 0.5 momentum: 0.9 random_seed: 5" + precision, "solver");
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.name + precision);
+      const std::string fused_text = head + c.layers_before + c.pair.text(false);
+      Solver fused(sp, parse_net_parameter(fused_text, "fused"), native());
+      Solver apart(sp, parse_net_parameter(head + c.layers_before + c.pair.text(true), "apart"),
+                   native());
+      EXPECT_TRUE(fused.net().layer_fused(layer_index(fused.net(), "scale")));
+      EXPECT_FALSE(apart.net().layer_fused(layer_index(apart.net(), "scale")));
+      const Mat scale_before = data_of(param(fused.net(), "scale", 0));
+      expect_same_training(fused, apart);
+      // The Scale learnt, unless frozen.
+      EXPECT_EQ(data_of(param(fused.net(), "scale", 0)) == scale_before,
+                c.name == "frozen Scale");
+    }
+  }
+}
+
+// The non-finite diagnosis names an absorbed Scale: its NaN weight spoils the output that
+// BatchNorm computes for both.
+TEST(NetFusion, NonFiniteValuesOfAnAbsorbedLayerAreNamed) {
+  const std::string text = R"(
+name: "bn"
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 4 dim: 3 } shape { dim: 4 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "data" top: "n" }
+layer { name: "scale" type: "Scale" bottom: "n" top: "n" scale_param { bias_term: true } }
+layer { name: "ip" type: "Linear" bottom: "n" top: "s" inner_product_param { num_output: 3 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "s" bottom: "label" }
+)";
+  auto net = make_net(text);
+  ASSERT_TRUE(net->layer_fused(layer_index(*net, "scale")));
+  net->blob("data").copy_data_from_host(kX);
+  net->blob("label").copy_data_from_host(kLabels);
+  EXPECT_EQ(net->find_nonfinite(), "");
+  Tensor& scale = *net->layer(layer_index(*net, "scale")).params()[0].tensor;
+  scale.copy_data_from_host({1.0f, std::nanf(""), 1.0f});
+  EXPECT_THAT(net->find_nonfinite(),
+              HasSubstr("the forward pass: layer 'bn' (BatchNorm) with the layer 'scale' (Scale) "
+                        "it absorbed output 'n'"));
+}
+
+// A backend without the fused operations (Operation::kBatchNormScale) runs the two layers.
+class NoBatchNormScaleBackend final : public testing::ForwardingBackend {
+ public:
+  std::string name() const override { return "no-fused-batch-norm"; }
+  bool supports(Operation op) const override {
+    return op != Operation::kBatchNormScale && testing::ForwardingBackend::supports(op);
+  }
+};
+
+TEST(NetFusion, ABackendWithoutTheFusedBatchNormRunsBatchNormAndScale) {
+  NoBatchNormScaleBackend backend;
+  auto net = std::make_unique<Net>(parse_net_parameter(R"(
+name: "bn"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 4 dim: 3 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "data" top: "data" }
+layer { name: "scale" type: "Scale" bottom: "data" top: "data" scale_param { bias_term: true } }
+)", "bn"), TRAIN, backend, 1);
+  EXPECT_FALSE(net->layer_fused(layer_index(*net, "scale")));
+  net->blob("data").copy_data_from_host(kX);
+  net->forward();
+  const std::vector<float> y = net->blob("data").copy_data_to_host();
+  for (int c = 0; c < 3; ++c) {  // normalised per column over the 4 rows (scale 1, bias 0)
+    double mean = 0;
+    for (int r = 0; r < 4; ++r) mean += y[r * 3 + c] / 4.0;
+    EXPECT_NEAR(mean, 0.0, 1e-6) << "column " << c;
+  }
+}
+
 // A layer defined outside Lamina is not recorded into a CUDA graph unless it says it can be.
 class OpaqueLayer final : public Layer {
  public:

@@ -54,6 +54,19 @@ expect_success "lamina time --precision tf32" "every layer in TF32" \
   "$lamina" time --model input_net.prototxt --precision tf32 --iterations 1
 expect_success "lamina time --precision bf16" "BF16 in" \
   "$lamina" time --model input_net.prototxt --precision bf16 --iterations 1
+# A layer that another absorbed (BatchNorm runs the Scale after it) is listed with that layer.
+cat > "$tmp/bn_scale_net.prototxt" <<'NET'
+name: "bn_scale"
+layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 4 dim: 3 dim: 2 dim: 2 } shape { dim: 4 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "data" top: "data" }
+layer { name: "scale" type: "Scale" bottom: "data" top: "data" scale_param { bias_term: true } }
+layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc"
+        inner_product_param { num_output: 3 } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" }
+NET
+expect_success "lamina time: an absorbed layer" "^scale  *Scale  *(runs in bn)$" \
+  "$lamina" time --model "$tmp/bn_scale_net.prototxt" --iterations 1
 
 # Snapshots and weights: missing, foreign, truncated files; flags that do not fit.
 printf 'not a snapshot at all' > "$tmp/garbage.lamina"

@@ -350,7 +350,8 @@ int test(const std::string& model_path, const std::string& weights_path, int ite
 }
 
 // Per-layer forward and backward time (synchronizing around each layer) and the
-// whole-iteration time (no synchronization inside the iteration).
+// whole-iteration time (no synchronization inside the iteration). A layer that another
+// absorbed (Layer::absorb) is listed with the layer that runs it instead of times.
 int time_net(const std::string& model_path, int iterations, const std::string& gpu,
              const std::string& precision) {
   LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0, got ", iterations);
@@ -390,10 +391,16 @@ int time_net(const std::string& model_path, int iterations, const std::string& g
   std::cout << std::left << std::setw(28) << "layer" << std::setw(18) << "type" << std::right
             << std::setw(12) << "forward" << std::setw(12) << "backward" << "\n";
   double total_forward = 0, total_backward = 0;
+  std::string runs;  // the layer that does a fused layer's work
   for (int i = 0; i < n; ++i) {
     lamina::Layer& layer = net.layer(i);
-    std::cout << std::left << std::setw(28) << layer.name() << std::setw(18) << layer.type()
-              << std::right << std::fixed << std::setprecision(4) << std::setw(12)
+    std::cout << std::left << std::setw(28) << layer.name() << std::setw(18) << layer.type();
+    if (net.layer_fused(i)) {
+      std::cout << "  (runs in " << runs << ")\n";
+      continue;
+    }
+    runs = layer.name();
+    std::cout << std::right << std::fixed << std::setprecision(4) << std::setw(12)
               << forward_ms[i] / iterations << std::setw(12) << backward_ms[i] / iterations
               << "\n";
     total_forward += forward_ms[i] / iterations;

@@ -129,7 +129,15 @@ struct PoolGeometry {
 
 // The optional groups of operations (the convolutional section below); a layer lists those it
 // needs (Layer::operations()) and the net asks supports() when it is built.
-enum class Operation { kConvolution, kPooling, kBatchNorm, kChannelAffine, kRowCopy, kEltwiseMax };
+enum class Operation {
+  kConvolution,
+  kPooling,
+  kBatchNorm,
+  kChannelAffine,
+  kRowCopy,
+  kEltwiseMax,
+  kBatchNormScale,  // BatchNorm with the Scale it absorbed; without it, the two layers run
+};
 
 inline const char* operation_name(Operation op) {
   switch (op) {
@@ -139,6 +147,7 @@ inline const char* operation_name(Operation op) {
     case Operation::kChannelAffine: return "per-channel affine";
     case Operation::kRowCopy: return "strided row copies";
     case Operation::kEltwiseMax: return "element-wise max";
+    case Operation::kBatchNormScale: return "batch normalisation with scale";
   }
   return "unknown";
 }
@@ -367,6 +376,28 @@ class Backend {
   virtual void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,
                                    const float* y, const float* dy, const float* inv_std,
                                    float* dx);
+  // kBatchNormScale. Batch normalisation followed by Scale (BatchNorm absorbing the Scale
+  // after it), each result the bits the two layers' operations give (where every array is
+  // 16-byte aligned, as tensors are: the CUDA sums' order follows the loads' width). Forward:
+  // kept = batch_norm_forward's y (inv_std written too), then y = channel_affine(kept, scale,
+  // bias) (bias may be null); y may be x, kept is another array.
+  virtual void batch_norm_scale_forward(int64_t outer, int64_t channels, int64_t inner,
+                                        float eps, const float* x, const float* mean,
+                                        const float* var, const float* scale,
+                                        const float* bias, float* y, float* inv_std,
+                                        float* kept);
+  // With g = channel_affine(dy, scale, null) (Scale's input gradient): means[c] = mean_c(g)
+  // and means[channels + c] = mean_c(g kept), batch_norm_backward's means; where dscale is not
+  // null, also scale_gradients(dy, kept, dscale, dbias) (dbias may be null).
+  virtual void batch_norm_scale_sums(int64_t outer, int64_t channels, int64_t inner,
+                                     const float* kept, const float* dy, const float* scale,
+                                     float* means, float* dscale, float* dbias);
+  // dx = batch_norm_backward(kept, g, inv_std) with g as above and the means that
+  // batch_norm_scale_sums gave; dx may be dy.
+  virtual void batch_norm_scale_backward(int64_t outer, int64_t channels, int64_t inner,
+                                         const float* kept, const float* dy,
+                                         const float* inv_std, const float* scale,
+                                         const float* means, float* dx);
   // kChannelAffine. y = x * scale[c] + bias[c]; a null scale means 1, a null bias 0. Works
   // in place.
   virtual void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,
@@ -376,7 +407,8 @@ class Backend {
                               const float* b, float* out);
   // A Scale layer's gradients: channel_reduce(dy, x, dscale), then, where dbias is not null,
   // channel_reduce(dy, null, dbias); a backend may read dy once for both (the default calls
-  // channel_reduce twice). The sums are the same either way.
+  // channel_reduce twice). The sums are the same either way (on CUDA where the arrays are
+  // 16-byte aligned, as tensors are).
   virtual void scale_gradients(int64_t outer, int64_t channels, int64_t inner, const float* dy,
                                const float* x, float* dscale, float* dbias);
   // kRowCopy. Row r of dst (rows, cols) at dst + r * dst_stride = row r of src at
@@ -442,6 +474,22 @@ class Backend {
   virtual void batch_norm_backward(Half format, int64_t outer, int64_t channels, int64_t inner,
                                    const uint16_t* y, const uint16_t* dy, const float* inv_std,
                                    uint16_t* dx);
+  // The three above with x, y, kept, dy and dx in `format`: kept and g are rounded to it
+  // before they are used, as the two layers' 16-bit operations round them.
+  virtual void batch_norm_scale_forward(Half format, int64_t outer, int64_t channels,
+                                        int64_t inner, float eps, const uint16_t* x,
+                                        const float* mean, const float* var,
+                                        const float* scale, const float* bias, uint16_t* y,
+                                        float* inv_std, uint16_t* kept);
+  virtual void batch_norm_scale_sums(Half format, int64_t outer, int64_t channels,
+                                     int64_t inner, const uint16_t* kept, const uint16_t* dy,
+                                     const float* scale, float* means, float* dscale,
+                                     float* dbias);
+  virtual void batch_norm_scale_backward(Half format, int64_t outer, int64_t channels,
+                                         int64_t inner, const uint16_t* kept,
+                                         const uint16_t* dy, const float* inv_std,
+                                         const float* scale, const float* means,
+                                         uint16_t* dx);
   // As copy_rows for 16-bit values of either format (their bits are copied).
   virtual void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
                          uint16_t* dst, int64_t dst_stride);

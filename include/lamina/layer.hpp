@@ -116,12 +116,16 @@ class Layer {
   // exactly where it was > 0 before (ReLU; Dropout, whose dropped values get no gradient).
   virtual bool keeps_positive_in_place() const { return false; }
 
-  // Fusion, when the net is built: `next` runs in place on this layer's only top, right
-  // after it. A layer that can do next's work within its own forward and backward (a Linear
-  // the ReLU after it: the bias and the activation in the product's epilogue) says so by
-  // returning true, and from then on does it; the net no longer runs next. Called after
-  // both are set up.
+  // Fusion, when the net is built: `next` reads this layer's only top, right after it, and
+  // runs in place on it or is its only reader. A layer that can do next's work within its
+  // own forward and backward (a Linear the ReLU after it: the bias and the activation in the
+  // product's epilogue; a BatchNorm the Scale after it) says so by returning true, and from
+  // then on does it; the net no longer runs next, and calls this layer's backward_params
+  // where next has learnable parameters (their gradients are then this layer's to compute).
+  // Called after both are set up; the net then calls next's absorbed().
   virtual bool absorb(const Layer& /*next*/) { return false; }
+  // This layer was absorbed: it may free what only its own forward and backward used.
+  virtual void absorbed() {}
 
   virtual void setup(const Tensors& bottom, const Tensors& top) = 0;
   virtual void forward(const Tensors& bottom, const Tensors& top) = 0;

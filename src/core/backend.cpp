@@ -59,6 +59,19 @@ void Backend::batch_norm_backward(int64_t, int64_t, int64_t, const float*, const
                                   const float*, float*) {
   unsupported(Operation::kBatchNorm, "batch_norm_backward");
 }
+void Backend::batch_norm_scale_forward(int64_t, int64_t, int64_t, float, const float*,
+                                       const float*, const float*, const float*, const float*,
+                                       float*, float*, float*) {
+  unsupported(Operation::kBatchNormScale, "batch_norm_scale_forward");
+}
+void Backend::batch_norm_scale_sums(int64_t, int64_t, int64_t, const float*, const float*,
+                                    const float*, float*, float*, float*) {
+  unsupported(Operation::kBatchNormScale, "batch_norm_scale_sums");
+}
+void Backend::batch_norm_scale_backward(int64_t, int64_t, int64_t, const float*, const float*,
+                                        const float*, const float*, const float*, float*) {
+  unsupported(Operation::kBatchNormScale, "batch_norm_scale_backward");
+}
 void Backend::channel_affine(int64_t, int64_t, int64_t, const float*, const float*,
                              const float*, float*) {
   unsupported(Operation::kChannelAffine, "channel_affine");
@@ -171,6 +184,20 @@ void Backend::batch_norm_inference(Half, int64_t, int64_t, int64_t, float, const
 void Backend::batch_norm_backward(Half, int64_t, int64_t, int64_t, const uint16_t*,
                                   const uint16_t*, const float*, uint16_t*) {
   unsupported_half("batch_norm_backward");
+}
+void Backend::batch_norm_scale_forward(Half, int64_t, int64_t, int64_t, float, const uint16_t*,
+                                       const float*, const float*, const float*, const float*,
+                                       uint16_t*, float*, uint16_t*) {
+  unsupported_half("batch_norm_scale_forward");
+}
+void Backend::batch_norm_scale_sums(Half, int64_t, int64_t, int64_t, const uint16_t*,
+                                    const uint16_t*, const float*, float*, float*, float*) {
+  unsupported_half("batch_norm_scale_sums");
+}
+void Backend::batch_norm_scale_backward(Half, int64_t, int64_t, int64_t, const uint16_t*,
+                                        const uint16_t*, const float*, const float*,
+                                        const float*, uint16_t*) {
+  unsupported_half("batch_norm_scale_backward");
 }
 void Backend::copy_rows(int64_t, int64_t, const uint16_t*, int64_t, uint16_t*, int64_t) {
   unsupported_half("copy_rows");

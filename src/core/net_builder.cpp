@@ -721,7 +721,9 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
 //    that layer's work (Layer::absorb); the net then skips the absorbed layer. The next
 //    layer works in place on the top, or is the top's only reader, and the top is then made
 //    to share the next top's values and gradients (in place in effect). A top that counts
-//    in the loss keeps its own values.
+//    in the loss keeps its own values. Both layers store in the same precision. The first
+//    layer's backward then does the next one's too: it runs where either needed it, and
+//    computes parameter gradients where either has learnable parameters (BatchNorm + Scale).
 void Net::fuse_layers() {
   fused_.assign(layers_.size(), false);
   std::vector<int> readers(blobs_.size(), 0);
@@ -731,14 +733,17 @@ void Net::fuse_layers() {
     const LayerIO& io = io_[i];
     const LayerIO& next = io_[i + 1];
     if (fused_[i] || io.tops.size() != 1 || next.bottoms.size() != 1 || next.tops.size() != 1 ||
-        next.bottoms[0] != io.tops[0])
+        next.bottoms[0] != io.tops[0] || storage_[i] != storage_[i + 1])
       continue;
     const bool in_place = next.tops[0] == next.bottoms[0];
     if (!in_place && readers[io.tops[0]] != 1) continue;
     const bool weighted = std::any_of(loss_blobs_.begin(), loss_blobs_.end(),
                                       [&](const auto& l) { return l.first == io.tops[0]; });
     if (weighted || !layers_[i]->absorb(*layers_[i + 1])) continue;
+    layers_[i + 1]->absorbed();
     fused_[i + 1] = true;
+    needs_backward_[i] = needs_backward_[i] || needs_backward_[i + 1];
+    learnable_[i] = learnable_[i] || learnable_[i + 1];
     if (!in_place) {
       // The first top takes the next top's memory, not the other way round: the layers
       // after the next one (a Split, a Flatten view) already hold that memory, and the

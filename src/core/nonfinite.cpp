@@ -47,13 +47,18 @@ std::string Net::find_nonfinite() {
   auto layer_named = [&](int i) {
     return "layer '" + layers_[i]->name() + "' (" + layers_[i]->type() + ")";
   };
+  // The layer, and the layer it absorbed (its forward does that one's work too).
+  auto running = [&](int i) {
+    const bool absorbs = i + 1 < num_layers() && fused_[i + 1];
+    return layer_named(i) + (absorbs ? " with the " + layer_named(i + 1) + " it absorbed" : "");
+  };
   refresh_half_weights();
   for (int i = 0; i < num_layers(); ++i) {
     forward_layer(i);
     for (int t : io_[i].tops) {
       const std::string bad = nonfinite_values(blobs_[t]->copy_data_to_host());
       if (!bad.empty())
-        return "the forward pass: " + layer_named(i) + " output '" + blobs_[t]->name() + "': " + bad;
+        return "the forward pass: " + running(i) + " output '" + blobs_[t]->name() + "': " + bad;
     }
   }
   arena_->zero_diff();
@@ -61,11 +66,15 @@ std::string Net::find_nonfinite() {
   for (int i = num_layers() - 1; i >= 0; --i) {
     if (!needs_backward_[i]) continue;
     backward_layer(i);
-    for (const Param& p : layers_[i]->params()) {
-      const std::string bad = nonfinite_values(p.tensor->copy_diff_to_host());
-      if (!bad.empty())
-        return "the backward pass: " + layer_named(i) + " gradient of parameter '" +
-               p.tensor->name() + "': " + bad;
+    // Its own parameters, and those of the layers it absorbed, whose gradients it computes.
+    for (int j = i; j == i || (j < num_layers() && fused_[j]); ++j) {
+      for (const Param& p : layers_[j]->params()) {
+        const std::string bad = nonfinite_values(p.tensor->copy_diff_to_host());
+        if (!bad.empty())
+          return "the backward pass: " + layer_named(j) +
+                 (j == i ? "" : " (run by " + layer_named(i) + ")") +
+                 " gradient of parameter '" + p.tensor->name() + "': " + bad;
+      }
     }
     for (size_t j = 0; j < io_[i].bottoms.size(); ++j) {
       if (!propagate_[i][j]) continue;

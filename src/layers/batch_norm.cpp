@@ -22,6 +22,13 @@
 // Works in place. The normalised output is kept (y_, written in the same pass as the top)
 // because a later in-place layer (Scale, ReLU) overwrites the top that the backward pass
 // through batch statistics needs.
+//
+// With batch statistics, BatchNorm absorbs the per-channel Scale after it (Layer::absorb;
+// Caffe's BatchNorm + Scale pair): the forward writes y_ and the scaled top in one pass, and
+// the backward computes the Scale's gradients (in backward_params, which the net then calls
+// for BatchNorm) and its own from one pass over the top's gradient and y_, then dx in
+// another (backend.hpp, batch_norm_scale_*). The results are the two layers' bit for bit;
+// the Scale keeps its parameters (names, snapshots, solver) and does no work of its own.
 // In a 16-bit precision x, y, y_ and the gradients are 16-bit; the statistics stay FP32.
 #include <memory>
 
@@ -46,7 +53,24 @@ class BatchNormLayer : public Layer {
   bool supports_in_place() const override { return true; }
   HalfSupport half_support() const override { return HalfSupport::kHalf; }
   std::vector<Operation> operations() const override {
-    return {Operation::kBatchNorm, Operation::kChannelAffine};
+    return {Operation::kBatchNorm, Operation::kChannelAffine};  // kBatchNormScale optional
+  }
+
+  // A Scale of one bottom over the channel axis (axis 1, one axis: scale and bias (C)), on a
+  // backend that has the fused operations.
+  bool absorb(const Layer& next) override {
+    if (global_ || next.type() != "Scale" || next.param().bottom_size() > 1 ||
+        !backend_.supports(Operation::kBatchNormScale))
+      return false;
+    const ScaleParameter& p = next.param().scale_param();
+    const std::vector<Param>& params = next.params();
+    if (p.axis() != 1 || p.num_axes() != 1 || params.empty() ||
+        params[0].tensor->count() != c_)
+      return false;
+    scale_ = params[0].tensor.get();
+    bias_ = params.size() > 1 ? params[1].tensor.get() : nullptr;
+    means_ = std::make_unique<Tensor>(backend_, Shape{2 * c_}, name() + "/backward_means");
+    return true;
   }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
@@ -104,14 +128,26 @@ class BatchNormLayer : public Layer {
     } else if (is_half(storage_)) {
       const Half f = half_format(storage_);
       backend_.channel_moments(f, n_, c_, s_, x.half_data(), mean, var);
-      backend_.batch_norm_forward(f, n_, c_, s_, eps_, x.half_data(), mean, var,
-                                  y.mutable_half_data(), inv_std, y_->mutable_half_data());
+      if (scale_ != nullptr) {
+        backend_.batch_norm_scale_forward(f, n_, c_, s_, eps_, x.half_data(), mean, var,
+                                          scale_->data(), bias_data(), y.mutable_half_data(),
+                                          inv_std, y_->mutable_half_data());
+      } else {
+        backend_.batch_norm_forward(f, n_, c_, s_, eps_, x.half_data(), mean, var,
+                                    y.mutable_half_data(), inv_std, y_->mutable_half_data());
+      }
+    } else if (scale_ != nullptr) {
+      backend_.channel_moments(n_, c_, s_, x.data(), mean, var);
+      backend_.batch_norm_scale_forward(n_, c_, s_, eps_, x.data(), mean, var, scale_->data(),
+                                        bias_data(), y.mutable_data(), inv_std,
+                                        y_->mutable_data());
     } else {
       backend_.channel_moments(n_, c_, s_, x.data(), mean, var);
       backend_.batch_norm_forward(n_, c_, s_, eps_, x.data(), mean, var, y.mutable_data(),
                                   inv_std, y_->mutable_data());
     }
     if (global_) return;
+    means_ready_ = false;
     // Caffe's running sums; m/(m-1) makes the accumulated variance unbiased.
     const int64_t m = n_ * s_;
     const float unbias = m > 1 ? float(double(m) / double(m - 1)) : 1.0f;
@@ -120,11 +156,32 @@ class BatchNormLayer : public Layer {
     backend_.axpby(c_, unbias, var_->data(), maf_, params_[1].tensor->mutable_data());
   }
 
+  // Only with an absorbed Scale (the net calls it when the Scale has learnable parameters):
+  // the Scale's gradients, and the means that backward_input then uses.
+  void backward_params(const Tensors& top, const Tensors& /*bottom*/) override {
+    if (scale_ == nullptr) return;
+    scale_sums(*top[0], scale_->mutable_diff(), bias_ ? bias_->mutable_diff() : nullptr);
+    means_ready_ = true;
+  }
+
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
     const Tensor& dy = *top[0];
     Tensor& dx = *bottom[0];
+    if (scale_ != nullptr) {
+      if (!means_ready_) scale_sums(dy, nullptr, nullptr);
+      if (is_half(storage_)) {
+        backend_.batch_norm_scale_backward(half_format(storage_), n_, c_, s_, y_->half_data(),
+                                           dy.half_diff(), inv_std_->data(), scale_->data(),
+                                           means_->data(), dx.mutable_half_diff());
+      } else {
+        backend_.batch_norm_scale_backward(n_, c_, s_, y_->data(), dy.diff(), inv_std_->data(),
+                                           scale_->data(), means_->data(), dx.mutable_diff());
+      }
+      means_ready_ = false;
+      return;
+    }
     if (is_half(storage_)) {
       const Half f = half_format(storage_);
       if (global_) {
@@ -144,6 +201,20 @@ class BatchNormLayer : public Layer {
   }
 
  private:
+  const float* bias_data() const { return bias_ != nullptr ? bias_->data() : nullptr; }
+
+  // The absorbed Scale's backward sums: means_, and its gradients where dscale is not null.
+  void scale_sums(const Tensor& dy, float* dscale, float* dbias) {
+    if (is_half(storage_)) {
+      backend_.batch_norm_scale_sums(half_format(storage_), n_, c_, s_, y_->half_data(),
+                                     dy.half_diff(), scale_->data(), means_->mutable_data(),
+                                     dscale, dbias);
+    } else {
+      backend_.batch_norm_scale_sums(n_, c_, s_, y_->data(), dy.diff(), scale_->data(),
+                                     means_->mutable_data(), dscale, dbias);
+    }
+  }
+
   bool global_ = false;
   DType storage_ = DType::kF32;  // of x, y and their gradients
   float maf_ = 0.999f, eps_ = 1e-5f;
@@ -152,6 +223,12 @@ class BatchNormLayer : public Layer {
   std::unique_ptr<Tensor> inv_std_;     // (C) 1 / sqrt(var + eps)
   std::unique_ptr<Tensor> one_;         // (1) 1, the factor's increment
   std::unique_ptr<Tensor> y_;           // batch statistics only: the normalised output
+  // An absorbed Scale's parameters (bias_ null without a bias term), and (2C) the backward
+  // means, computed with its gradients (means_ready_) or by backward_input.
+  Tensor* scale_ = nullptr;
+  Tensor* bias_ = nullptr;
+  std::unique_ptr<Tensor> means_;
+  bool means_ready_ = false;
 };
 
 }  // namespace

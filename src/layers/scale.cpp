@@ -7,7 +7,8 @@
 // channel axis). Fillers: scale constant 1, bias constant 0 unless given.
 // Gradients: dbottom = dtop * scale (=); dscale += sum dtop * bottom; dbias += sum dtop.
 // Works in place (Caffe nets often write BatchNorm and Scale in place): the layer then keeps a
-// copy of its input, which dscale needs after the top has overwritten it.
+// copy of its input, which dscale needs after the top has overwritten it; not when a
+// BatchNorm absorbed it (batch_norm.cpp), which keeps the normalised values anyway.
 // In a 16-bit precision the bottom, the top, their gradients and that copy are 16-bit; the
 // scale, the bias and their gradients stay FP32.
 #include <memory>
@@ -53,6 +54,10 @@ class ScaleLayer : public Layer {
       top[0]->reshape(x.shape());
     }
   }
+
+  // The layer before does this one's work (a BatchNorm keeps the normalised values): the copy
+  // of the input is not needed.
+  void absorbed() override { input_.reset(); }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     const float* scale = params_[0].tensor->data();

@@ -2,9 +2,8 @@
 // statistics, the normalised output from batch or running statistics, and the input gradient
 // through batch statistics, each written once over half_storage.cuh's storage S with
 // channel_sums.cuh's reductions. Statistics, inv_std and the backward pass's means are FP32
-// (from sums in double); elementwise work multiplies and adds with explicit rounding
-// (__fmul_rn, __fadd_rn) so that no fused multiply-add changes the result from the Native
-// backend's.
+// (from sums in double); the elementwise arithmetic is batch_norm.cuh's.
+#include "backends/cuda/batch_norm.cuh"
 #include "backends/cuda/channel_sums.cuh"
 #include "backends/cuda/cuda_backend.hpp"
 
@@ -75,16 +74,6 @@ __global__ void channel_moments_kernel(int64_t outer, int64_t channels, int64_t 
   }
 }
 
-// 1 / sqrt(var + eps), in double and rounded once (as the Native backend does).
-__device__ float inverse_std(float var, float eps) {
-  return static_cast<float>(1.0 / sqrt(static_cast<double>(var) + static_cast<double>(eps)));
-}
-
-__global__ void inverse_std_kernel(int64_t channels, float eps, const float* var,
-                                   float* inv_std) {
-  LAMINA_GRID_STRIDE_LOOP(c, channels) inv_std[c] = inverse_std(var[c], eps);
-}
-
 // mean = mean_sum / factor[0], inv_std from var_sum / factor[0]: each quotient in double,
 // rounded once; 0 when factor[0] is 0 (Caffe's estimates before any update).
 __global__ void running_statistics_kernel(int64_t channels, float eps, const float* mean_sum,
@@ -110,7 +99,7 @@ struct NormalizeOp {  // y = (x - mean[c]) * inv_std[c], and kept = y where kept
     float v[W];
     load_group<S>(x, i, v);
 #pragma unroll
-    for (int k = 0; k < W; ++k) v[k] = __fmul_rn(__fsub_rn(v[k], mu), scale);
+    for (int k = 0; k < W; ++k) v[k] = normalized(v[k], mu, scale);
     store_group<S>(y, i, v);
     if (kept != nullptr) store_group<S>(kept, i, v);
   }
@@ -130,7 +119,7 @@ __device__ __forceinline__ void normalize_backward_group(const typename S::Store
   load_group<S>(dy, i, g);
 #pragma unroll
   for (int k = 0; k < W; ++k)
-    v[k] = __fmul_rn(inv_std, __fsub_rn(__fsub_rn(g[k], mean_dy), __fmul_rn(v[k], mean_dy_y)));
+    v[k] = normalized_gradient(inv_std, v[k], g[k], mean_dy, mean_dy_y);
   store_group<S>(dx, i, v);
 }
 

@@ -105,12 +105,12 @@ void NativeBackend::batch_norm_inference(int64_t outer, int64_t channels, int64_
   normalize(outer, channels, inner, x, mean, inv_std, y);
 }
 
-// y, dy, dx (outer, channels, inner), inv_std (channels):
-// dx = inv_std (dy - mean_c(dy) - y mean_c(dy y)); works in place (dy == dx).
-void NativeBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,
-                                        const float* y, const float* dy, const float* inv_std,
-                                        float* dx) {
-  if (outer * inner == 0) return;
+namespace {
+
+// means[c] = mean_c(dy) and means[channels + c] = mean_c(dy y), y and dy (outer, channels,
+// inner): batch normalisation's backward means, each from a sum in double rounded once.
+void backward_means(int64_t outer, int64_t channels, int64_t inner, const float* y,
+                    const float* dy, float* means) {
   const double m = static_cast<double>(outer * inner);
   const std::vector<double> sum_dy = channel_sums(
       outer, channels, inner, [&](int64_t r, int64_t i) -> double { return dy[r * inner + i]; });
@@ -118,19 +118,68 @@ void NativeBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t
       channel_sums(outer, channels, inner, [&](int64_t r, int64_t i) -> double {
         return double(dy[r * inner + i]) * y[r * inner + i];
       });
-  std::vector<float> mean_dy(channels), mean_dyy(channels);
   for (int64_t c = 0; c < channels; ++c) {
-    mean_dy[c] = static_cast<float>(sum_dy[c] / m);
-    mean_dyy[c] = static_cast<float>(sum_dyy[c] / m);
+    means[c] = static_cast<float>(sum_dy[c] / m);
+    means[channels + c] = static_cast<float>(sum_dyy[c] / m);
   }
+}
+
+// dx = inv_std (dy - means[c] - y means[channels + c]); works in place (dy == dx).
+void backward_from_means(int64_t outer, int64_t channels, int64_t inner, const float* y,
+                         const float* dy, const float* inv_std, const float* means,
+                         float* dx) {
   parallel_rows(outer * channels, inner, [&](int64_t r) {
     const int64_t c = r % channels;
-    const float s = inv_std[c], a = mean_dy[c], b = mean_dyy[c];
+    const float s = inv_std[c], a = means[c], b = means[channels + c];
     const float* yr = y + r * inner;
     const float* dyr = dy + r * inner;
     float* dxr = dx + r * inner;
     for (int64_t i = 0; i < inner; ++i) dxr[i] = s * (dyr[i] - a - yr[i] * b);
   });
+}
+
+}  // namespace
+
+// y, dy, dx (outer, channels, inner), inv_std (channels):
+// dx = inv_std (dy - mean_c(dy) - y mean_c(dy y)); works in place (dy == dx).
+void NativeBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,
+                                        const float* y, const float* dy, const float* inv_std,
+                                        float* dx) {
+  if (outer * inner == 0) return;
+  std::vector<float> means(2 * channels);
+  backward_means(outer, channels, inner, y, dy, means.data());
+  backward_from_means(outer, channels, inner, y, dy, inv_std, means.data(), dx);
+}
+
+// Batch normalisation and Scale as the two layers' operations, one after the other; g
+// (Scale's input gradient) in a host array.
+void NativeBackend::batch_norm_scale_forward(int64_t outer, int64_t channels, int64_t inner,
+                                             float eps, const float* x, const float* mean,
+                                             const float* var, const float* scale,
+                                             const float* bias, float* y, float* inv_std,
+                                             float* kept) {
+  batch_norm_forward(outer, channels, inner, eps, x, mean, var, kept, inv_std, nullptr);
+  channel_affine(outer, channels, inner, kept, scale, bias, y);
+}
+
+void NativeBackend::batch_norm_scale_sums(int64_t outer, int64_t channels, int64_t inner,
+                                          const float* kept, const float* dy,
+                                          const float* scale, float* means, float* dscale,
+                                          float* dbias) {
+  if (dscale != nullptr) scale_gradients(outer, channels, inner, dy, kept, dscale, dbias);
+  if (outer * inner == 0) return;
+  std::vector<float> g(outer * channels * inner);
+  channel_affine(outer, channels, inner, dy, scale, nullptr, g.data());
+  backward_means(outer, channels, inner, kept, g.data(), means);
+}
+
+void NativeBackend::batch_norm_scale_backward(int64_t outer, int64_t channels, int64_t inner,
+                                              const float* kept, const float* dy,
+                                              const float* inv_std, const float* scale,
+                                              const float* means, float* dx) {
+  std::vector<float> g(outer * channels * inner);
+  channel_affine(outer, channels, inner, dy, scale, nullptr, g.data());
+  backward_from_means(outer, channels, inner, kept, g.data(), inv_std, means, dx);
 }
 
 // x, y (outer, channels, inner); scale, bias (channels) or null. Works in place.

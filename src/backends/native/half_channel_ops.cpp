@@ -4,6 +4,7 @@
 // operation (channel_ops.cpp) and rounds each 16-bit result once; statistics, inv_std and
 // sums stay FP32, as on the CUDA backend.
 #include <algorithm>
+#include <vector>
 
 #include "lamina/native_backend.hpp"
 
@@ -60,6 +61,43 @@ void NativeBackend::batch_norm_backward(Half format, int64_t outer, int64_t chan
   float* wide = staging(2, n);
   batch_norm_backward(outer, channels, inner, widen(format, n, y, 0), widen(format, n, dy, 1),
                       inv_std, wide);
+  to_half(format, n, wide, dx);
+}
+
+// As the FP32 operations, with kept and g rounded to `format` before they are used: the
+// 16-bit g, widened, goes to the FP32 operation with scale 1 (which leaves it unchanged).
+void NativeBackend::batch_norm_scale_forward(Half format, int64_t outer, int64_t channels,
+                                             int64_t inner, float eps, const uint16_t* x,
+                                             const float* mean, const float* var,
+                                             const float* scale, const float* bias, uint16_t* y,
+                                             float* inv_std, uint16_t* kept) {
+  batch_norm_forward(format, outer, channels, inner, eps, x, mean, var, kept, inv_std, nullptr);
+  channel_affine(format, outer, channels, inner, kept, scale, bias, y);
+}
+
+void NativeBackend::batch_norm_scale_sums(Half format, int64_t outer, int64_t channels,
+                                          int64_t inner, const uint16_t* kept,
+                                          const uint16_t* dy, const float* scale, float* means,
+                                          float* dscale, float* dbias) {
+  if (dscale != nullptr) scale_gradients(format, outer, channels, inner, dy, kept, dscale, dbias);
+  const int64_t n = outer * channels * inner;
+  std::vector<uint16_t> g(n);
+  channel_affine(format, outer, channels, inner, dy, scale, nullptr, g.data());
+  batch_norm_scale_sums(outer, channels, inner, widen(format, n, kept, 0),
+                        widen(format, n, g.data(), 1), nullptr, means, nullptr, nullptr);
+}
+
+void NativeBackend::batch_norm_scale_backward(Half format, int64_t outer, int64_t channels,
+                                              int64_t inner, const uint16_t* kept,
+                                              const uint16_t* dy, const float* inv_std,
+                                              const float* scale, const float* means,
+                                              uint16_t* dx) {
+  const int64_t n = outer * channels * inner;
+  std::vector<uint16_t> g(n);
+  channel_affine(format, outer, channels, inner, dy, scale, nullptr, g.data());
+  float* wide = staging(2, n);
+  batch_norm_scale_backward(outer, channels, inner, widen(format, n, kept, 0),
+                            widen(format, n, g.data(), 1), inv_std, nullptr, means, wide);
   to_half(format, n, wide, dx);
 }
 
