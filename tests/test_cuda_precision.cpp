@@ -195,13 +195,14 @@ TEST_F(CudaTf32, ConvolutionInAllThreeDirections) {
     return choices.substr(at + 1, choices.find('\n', at + 1) - at - 1);
   };
   const std::string fp32 = line_of("conv"), tf32 = line_of("conv-tf32");
-  // Algorithms are numbers, with a "t" where they run in tensor-op math.
+  // Algorithms are numbers, with a "t" where they run in tensor-op math, or "g<i>@<list>"
+  // for a graph API plan; the forward becomes another legacy algorithm.
   std::string forward, data, filter;
   std::istringstream(tf32.substr(tf32.find('=') + 1)) >> forward >> data >> filter;
   ASSERT_FALSE(filter.empty()) << tf32;
-  ASSERT_GE(std::stoi(forward), 0) << tf32;
-  const std::string other = "conv-tf32" + key + (std::stoi(forward) == 0 ? "1t" : "0") + " " +
-                            data + " " + filter;
+  const bool legacy_zero = forward[0] != 'g' && std::stoi(forward) == 0;
+  const std::string other =
+      "conv-tf32" + key + (legacy_zero ? "1t" : "0") + " " + data + " " + filter;
   const std::string choices = cuda_->algorithm_choices();
   cuda_->reuse_algorithm_choices(choices.substr(0, choices.find('\n') + 1) + other + "\n");
   Floats xx(*cuda_, x), ww(*cuda_, w), y(*cuda_, ys);

@@ -139,7 +139,7 @@ ConvPlans& CudaContext::conv_plans() {
 cudnnStatus_t run_choice(cudnnHandle_t handle, const ConvPlan& plan, ConvDirection direction,
                          const Choice& c, void* x, void* w, void* y, void* workspace,
                          float beta) {
-  if (c.graph) return c.graph->execute(handle, x, w, y, workspace);  // beta 0 only
+  if (c.graph) return c.graph->execute(handle, x, w, y, workspace);  // the plan's own beta
   const cudnnStatus_t math = cudnnSetConvolutionMathType(plan.conv->get(), c.math);
   if (math != CUDNN_STATUS_SUCCESS) return math;
   const float one = 1.0f;

@@ -159,9 +159,9 @@ std::vector<std::shared_ptr<GraphPlan>> graph_plans(cudnnHandle_t handle, const 
                                                     ConvMode mode, ConvDirection direction,
                                                     size_t limit) {
   std::vector<std::shared_ptr<GraphPlan>> plans;
-  // FP32 keeps its FMA algorithms; TF32's filter gradient adds to the FP32 one (beta 1).
-  // LAMINA_CUDNN_GRAPH=0 keeps every mode on the legacy algorithms.
-  if (mode != ConvMode::kBF16 && mode != ConvMode::kFP16) return plans;
+  // FP32 keeps the legacy API's FMA math (the graph API's engines may run FP32 on TF32
+  // tensor cores). LAMINA_CUDNN_GRAPH=0 keeps every mode on the legacy algorithms.
+  if (mode == ConvMode::kFP32) return plans;
   if (const char* env = std::getenv("LAMINA_CUDNN_GRAPH"); env && std::string(env) == "0")
     return plans;
   const cudnnDataType_t type = cudnn_data_type(mode);
@@ -187,7 +187,11 @@ std::vector<std::shared_ptr<GraphPlan>> graph_plans(cudnnHandle_t handle, const 
       .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, pads, 2)
       .finalize();
 
-  const float alpha = 1.0f, beta = 0.0f;
+  // TF32's filter gradient adds to the FP32 one (beta 1); a 16-bit one is written to the
+  // workspace and added by a kernel; the other directions write their results.
+  const bool accumulate =
+      direction == ConvDirection::kBackwardFilter && element_bytes(mode) == sizeof(float);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   const OpAttributes& names = kOps[static_cast<int>(direction)];
   BackendDescriptor op(names.type);
   op.set(names.x, x)

@@ -38,7 +38,8 @@ class GraphPlan {
   size_t workspace() const { return workspace_; }
   int64_t engine() const { return engine_; }  // cuDNN's global index of its engine
   // Runs the direction's convolution on handle's stream: x (dx), w (dw), y (dy) as the
-  // direction reads and writes them (written with beta 0), workspace of workspace() bytes.
+  // direction reads and writes them, workspace of workspace() bytes. Results are written
+  // (beta 0), but TF32's filter gradient is added to dw (beta 1).
   // The variant pack of each set of pointers is made once and kept, so a replayed step
   // creates nothing.
   void run(cudnnHandle_t handle, void* x, void* w, void* y, void* workspace);
@@ -54,7 +55,7 @@ class GraphPlan {
 };
 
 // The deterministic execution plans cuDNN's heuristics (mode A) rank for one direction of g
-// in mode (BF16 or FP16; none for FP32 and TF32, which keep the legacy algorithms), in their
+// in mode (TF32, BF16 or FP16; none for FP32, which keeps the legacy algorithms), in their
 // order, at most kMaxGraphPlans, that need at most limit bytes of workspace, neither reduce
 // in less than FP32 nor convert their inputs down, and compile nothing at run time. Empty
 // when cuDNN offers none, or when the environment variable LAMINA_CUDNN_GRAPH is 0.

@@ -377,8 +377,8 @@ void search(CudaContext& context, size_t limit, const ConvGeometry& g, ConvMode 
 // "conv n c h w k kh kw stride_h stride_w pad_h pad_w dilation_h dilation_w groups out_h out_w
 // = forward backward-data backward-filter", a line per planned geometry; "conv-tf32 ...",
 // "conv-bf16 ..." and "conv-fp16 ..." for the other modes, whose algorithms carry a "t" where
-// they run in tensor-op math; "g<i>@<fingerprint>" names a 16-bit mode's graph API plan, the
-// i-th of a list with that fingerprint (cudnn_graph.hpp).
+// they run in tensor-op math; "g<i>@<fingerprint>" names a TF32 or 16-bit mode's graph API
+// plan, the i-th of a list with that fingerprint (cudnn_graph.hpp).
 constexpr const char* kChoiceWord[] = {"conv", "conv-tf32", "conv-bf16", "conv-fp16"};
 static_assert(std::size(kChoiceWord) == static_cast<size_t>(ConvMode::kFP16) + 1,
               "a word per ConvMode, in its order");
@@ -418,11 +418,11 @@ bool reuse_conv_choice(CudaContext& context, const std::string& line) {
   const auto mode = static_cast<ConvMode>(found - std::begin(kChoiceWord));
   key.back() = static_cast<int64_t>(mode);
   // "7": the algorithm in the mode's plain math (plain_math); "7t": in tensor-op math; "g2":
-  // the graph API's plan 2 (16-bit modes).
+  // the graph API's plan 2 (TF32 and 16-bit modes).
   for (int i = 0; i < 3; ++i) {
     size_t used = 0;
     if (tokens[i].size() > 1 && tokens[i][0] == 'g') {  // "g<index>@<list, hex>"
-      if (mode != ConvMode::kBF16 && mode != ConvMode::kFP16) return false;
+      if (mode == ConvMode::kFP32) return false;
       const size_t at = tokens[i].find('@');
       if (at == std::string::npos || at + 1 == tokens[i].size()) return false;
       size_t hex_used = 0;
