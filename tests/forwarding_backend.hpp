@@ -233,19 +233,21 @@ class ForwardingBackend : public CoreForwardingBackend {
   }
   void batch_norm_scale_forward(int64_t o, int64_t c, int64_t i, float eps, const float* x,
                                 const float* mean, const float* var, const float* scale,
-                                const float* bias, float* y, float* inv_std,
+                                const float* bias, bool relu, float* y, float* inv_std,
                                 float* kept) override {
-    inner_.batch_norm_scale_forward(o, c, i, eps, x, mean, var, scale, bias, y, inv_std, kept);
+    inner_.batch_norm_scale_forward(o, c, i, eps, x, mean, var, scale, bias, relu, y, inv_std,
+                                    kept);
   }
   void batch_norm_scale_sums(int64_t o, int64_t c, int64_t i, const float* kept,
-                             const float* dy, const float* scale, float* means, float* dscale,
-                             float* dbias) override {
-    inner_.batch_norm_scale_sums(o, c, i, kept, dy, scale, means, dscale, dbias);
+                             const float* dy, const float* scale, const float* bias, bool relu,
+                             float* means, float* dscale, float* dbias) override {
+    inner_.batch_norm_scale_sums(o, c, i, kept, dy, scale, bias, relu, means, dscale, dbias);
   }
   void batch_norm_scale_backward(int64_t o, int64_t c, int64_t i, const float* kept,
                                  const float* dy, const float* inv_std, const float* scale,
-                                 const float* means, float* dx) override {
-    inner_.batch_norm_scale_backward(o, c, i, kept, dy, inv_std, scale, means, dx);
+                                 const float* bias, bool relu, const float* means,
+                                 float* dx) override {
+    inner_.batch_norm_scale_backward(o, c, i, kept, dy, inv_std, scale, bias, relu, means, dx);
   }
   void channel_affine(int64_t o, int64_t c, int64_t i, const float* x, const float* scale,
                       const float* bias, float* y) override {
@@ -325,20 +327,23 @@ class ForwardingBackend : public CoreForwardingBackend {
   }
   void batch_norm_scale_forward(Half f, int64_t o, int64_t c, int64_t i, float eps,
                                 const uint16_t* x, const float* mean, const float* var,
-                                const float* scale, const float* bias, uint16_t* y,
+                                const float* scale, const float* bias, bool relu, uint16_t* y,
                                 float* inv_std, uint16_t* kept) override {
-    inner_.batch_norm_scale_forward(f, o, c, i, eps, x, mean, var, scale, bias, y, inv_std,
-                                    kept);
+    inner_.batch_norm_scale_forward(f, o, c, i, eps, x, mean, var, scale, bias, relu, y,
+                                    inv_std, kept);
   }
   void batch_norm_scale_sums(Half f, int64_t o, int64_t c, int64_t i, const uint16_t* kept,
-                             const uint16_t* dy, const float* scale, float* means,
-                             float* dscale, float* dbias) override {
-    inner_.batch_norm_scale_sums(f, o, c, i, kept, dy, scale, means, dscale, dbias);
+                             const uint16_t* dy, const float* scale, const float* bias,
+                             bool relu, float* means, float* dscale, float* dbias) override {
+    inner_.batch_norm_scale_sums(f, o, c, i, kept, dy, scale, bias, relu, means, dscale,
+                                 dbias);
   }
   void batch_norm_scale_backward(Half f, int64_t o, int64_t c, int64_t i, const uint16_t* kept,
                                  const uint16_t* dy, const float* inv_std, const float* scale,
-                                 const float* means, uint16_t* dx) override {
-    inner_.batch_norm_scale_backward(f, o, c, i, kept, dy, inv_std, scale, means, dx);
+                                 const float* bias, bool relu, const float* means,
+                                 uint16_t* dx) override {
+    inner_.batch_norm_scale_backward(f, o, c, i, kept, dy, inv_std, scale, bias, relu, means,
+                                     dx);
   }
   void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
                  uint16_t* dst, int64_t dst_stride) override {

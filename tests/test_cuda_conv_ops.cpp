@@ -404,48 +404,56 @@ TEST_F(CudaConvOpsTest, ChannelReduceAccumulates) {
   }
 }
 
-// Batch normalisation with the Scale it absorbed (batch_norm_scale_*) gives, on each
-// backend, the bits of the two layers' operations one after the other (in place where the
+// Batch normalisation with the Scale (and ReLU) it absorbed (batch_norm_scale_*) gives, on
+// each backend, the bits of the layers' operations one after the other (in place where the
 // layer runs it so: y over x, dx over dy), and the Native backend's values on CUDA.
 TEST_F(CudaConvOpsTest, BatchNormWithScaleIsBatchNormThenScaleToTheBit) {
   for (const ChannelShape& s : kChannelShapes) {
-    SCOPED_TRACE(::testing::Message() << "(" << s.outer << ", " << s.channels << ", " << s.inner
-                                      << ")");
-    const int64_t n = s.outer * s.channels * s.inner, c = s.channels;
-    expect_same([&](Backend& be) -> Outputs {
-      Floats x(be, random_values(n, 1, 2.0f, 5.0f)), dy(be, random_values(n, 2));
-      Floats scale(be, random_values(c, 3)), bias(be, random_values(c, 4));
-      Floats mean(be, c, 0.0f), var(be, c, 0.0f);
-      be.channel_moments(s.outer, c, s.inner, x.get(), mean.get(), var.get());
-      // The two layers.
-      Floats y(be, n, 0.0f), z(be, n, 0.0f), g(be, n, 0.0f), dx(be, n, 0.0f);
-      Floats inv(be, c, 0.0f), ds(be, random_values(c, 5)), db(be, random_values(c, 6));
-      be.batch_norm_forward(s.outer, c, s.inner, 1e-5f, x.get(), mean.get(), var.get(), y.get(),
-                            inv.get(), nullptr);
-      be.channel_affine(s.outer, c, s.inner, y.get(), scale.get(), bias.get(), z.get());
-      be.scale_gradients(s.outer, c, s.inner, dy.get(), y.get(), ds.get(), db.get());
-      be.channel_affine(s.outer, c, s.inner, dy.get(), scale.get(), nullptr, g.get());
-      be.batch_norm_backward(s.outer, c, s.inner, y.get(), g.get(), inv.get(), dx.get());
-      // Fused.
-      Floats kept(be, n, 0.0f), inv2(be, c, 0.0f), means(be, 2 * c, 0.0f);
-      Floats means2(be, 2 * c, 0.0f), ds2(be, random_values(c, 5)), db2(be, random_values(c, 6));
-      be.batch_norm_scale_forward(s.outer, c, s.inner, 1e-5f, x.get(), mean.get(), var.get(),
-                                  scale.get(), bias.get(), x.get(), inv2.get(), kept.get());
-      be.batch_norm_scale_sums(s.outer, c, s.inner, kept.get(), dy.get(), scale.get(),
-                               means.get(), ds2.get(), db2.get());
-      be.batch_norm_scale_sums(s.outer, c, s.inner, kept.get(), dy.get(), scale.get(),
-                               means2.get(), nullptr, nullptr);
-      be.batch_norm_scale_backward(s.outer, c, s.inner, kept.get(), dy.get(), inv2.get(),
-                                   scale.get(), means.get(), dy.get());
-      EXPECT_EQ(kept.host(), y.host());
-      EXPECT_EQ(x.host(), z.host());
-      EXPECT_EQ(inv2.host(), inv.host());
-      EXPECT_EQ(ds2.host(), ds.host());
-      EXPECT_EQ(db2.host(), db.host());
-      EXPECT_EQ(means2.host(), means.host());
-      EXPECT_EQ(dy.host(), dx.host());
-      return {{"y", x.host()}, {"dx", dy.host()}, {"dscale", ds2.host()}, {"dbias", db2.host()}};
-    });
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "(" << s.outer << ", " << s.channels << ", " << s.inner
+                                        << ")" << (relu ? " with ReLU" : ""));
+      const int64_t n = s.outer * s.channels * s.inner, c = s.channels;
+      expect_same([&](Backend& be) -> Outputs {
+        Floats x(be, random_values(n, 1, 2.0f, 5.0f)), dy(be, random_values(n, 2));
+        Floats scale(be, random_values(c, 3)), bias(be, random_values(c, 4));
+        Floats mean(be, c, 0.0f), var(be, c, 0.0f);
+        be.channel_moments(s.outer, c, s.inner, x.get(), mean.get(), var.get());
+        // The two layers.
+        Floats y(be, n, 0.0f), z(be, n, 0.0f), g(be, n, 0.0f), dx(be, n, 0.0f);
+        Floats inv(be, c, 0.0f), ds(be, random_values(c, 5)), db(be, random_values(c, 6));
+        be.batch_norm_forward(s.outer, c, s.inner, 1e-5f, x.get(), mean.get(), var.get(), y.get(),
+                              inv.get(), nullptr);
+        be.channel_affine(s.outer, c, s.inner, y.get(), scale.get(), bias.get(), z.get());
+        Floats d(be, dy.host());  // the ReLU's input gradient
+        if (relu) {
+          be.activation_forward(Activation::kReLU, n, 0.0f, z.get(), z.get());
+          be.activation_backward(Activation::kReLU, n, 0.0f, z.get(), dy.get(), d.get());
+        }
+        be.scale_gradients(s.outer, c, s.inner, d.get(), y.get(), ds.get(), db.get());
+        be.channel_affine(s.outer, c, s.inner, d.get(), scale.get(), nullptr, g.get());
+        be.batch_norm_backward(s.outer, c, s.inner, y.get(), g.get(), inv.get(), dx.get());
+        // Fused.
+        Floats kept(be, n, 0.0f), inv2(be, c, 0.0f), means(be, 2 * c, 0.0f);
+        Floats means2(be, 2 * c, 0.0f), ds2(be, random_values(c, 5)), db2(be, random_values(c, 6));
+        be.batch_norm_scale_forward(s.outer, c, s.inner, 1e-5f, x.get(), mean.get(), var.get(),
+                                    scale.get(), bias.get(), relu, x.get(), inv2.get(),
+                                    kept.get());
+        be.batch_norm_scale_sums(s.outer, c, s.inner, kept.get(), dy.get(), scale.get(),
+                                 bias.get(), relu, means.get(), ds2.get(), db2.get());
+        be.batch_norm_scale_sums(s.outer, c, s.inner, kept.get(), dy.get(), scale.get(),
+                                 bias.get(), relu, means2.get(), nullptr, nullptr);
+        be.batch_norm_scale_backward(s.outer, c, s.inner, kept.get(), dy.get(), inv2.get(),
+                                     scale.get(), bias.get(), relu, means.get(), dy.get());
+        EXPECT_EQ(kept.host(), y.host());
+        EXPECT_EQ(x.host(), z.host());
+        EXPECT_EQ(inv2.host(), inv.host());
+        EXPECT_EQ(ds2.host(), ds.host());
+        EXPECT_EQ(db2.host(), db.host());
+        EXPECT_EQ(means2.host(), means.host());
+        EXPECT_EQ(dy.host(), dx.host());
+        return {{"y", x.host()}, {"dx", dy.host()}, {"dscale", ds2.host()}, {"dbias", db2.host()}};
+      });
+    }
   }
 }
 

@@ -131,53 +131,60 @@ TEST_P(CudaHalfNorm, BatchNormGivesNativesStatisticsValuesAndGradients) {
   }
 }
 
-// Batch normalisation with the Scale it absorbed (batch_norm_scale_*) gives, on each
-// backend, the bits of the two layers' 16-bit operations one after the other (in place where
+// Batch normalisation with the Scale (and ReLU) it absorbed (batch_norm_scale_*) gives, on
+// each backend, the bits of the layers' 16-bit operations one after the other (in place where
 // the layer runs it so: y over x, dx over dy).
 TEST_P(CudaHalfNorm, BatchNormWithScaleIsBatchNormThenScaleToTheBit) {
   const Half f = format();
   for (const ChannelShape& s : kShapes) {
-    SCOPED_TRACE(std::to_string(s.outer) + "x" + std::to_string(s.channels) + "x" +
-                 std::to_string(s.inner));
-    const int64_t n = s.count(), c = s.channels, o = s.outer, in = s.inner;
-    const Bits x = random_bits(f, n, 41, -2, 3), dy = random_bits(f, n, 42);
-    const std::vector<float> scale = random_values(c, 43), bias = random_values(c, 44);
-    const std::vector<float> grads = random_values(c, 45);
-    Backend* backends[2] = {cuda_.get(), &native_};
-    for (Backend* be : backends) {
-      SCOPED_TRACE(be->name());
-      Halves xs(*be, x), dys(*be, dy);
-      Floats m(*be, c, 0.0f), v(*be, c, 0.0f), sc(*be, scale), bi(*be, bias);
-      be->channel_moments(f, o, c, in, xs.get(), m.get(), v.get());
-      // The two layers.
-      Halves y(*be, n, uint16_t{0x7fc0}), z(*be, n, uint16_t{0x7fc0});
-      Halves g(*be, n, uint16_t{0x7fc0}), dx(*be, n, uint16_t{0x7fc0});
-      Floats inv(*be, c, 0.0f), ds(*be, grads), db(*be, grads);
-      be->batch_norm_forward(f, o, c, in, 1e-5f, xs.get(), m.get(), v.get(), y.get(), inv.get(),
-                             nullptr);
-      be->channel_affine(f, o, c, in, y.get(), sc.get(), bi.get(), z.get());
-      be->scale_gradients(f, o, c, in, dys.get(), y.get(), ds.get(), db.get());
-      be->channel_affine(f, o, c, in, dys.get(), sc.get(), nullptr, g.get());
-      be->batch_norm_backward(f, o, c, in, y.get(), g.get(), inv.get(), dx.get());
-      // Fused.
-      Halves kept(*be, n, uint16_t{0x7fc0});
-      Floats inv2(*be, c, 0.0f), means(*be, 2 * c, 0.0f), means2(*be, 2 * c, 0.0f);
-      Floats ds2(*be, grads), db2(*be, grads);
-      be->batch_norm_scale_forward(f, o, c, in, 1e-5f, xs.get(), m.get(), v.get(), sc.get(),
-                                   bi.get(), xs.get(), inv2.get(), kept.get());
-      be->batch_norm_scale_sums(f, o, c, in, kept.get(), dys.get(), sc.get(), means.get(),
-                                ds2.get(), db2.get());
-      be->batch_norm_scale_sums(f, o, c, in, kept.get(), dys.get(), sc.get(), means2.get(),
-                                nullptr, nullptr);
-      be->batch_norm_scale_backward(f, o, c, in, kept.get(), dys.get(), inv2.get(), sc.get(),
-                                    means.get(), dys.get());
-      EXPECT_EQ(kept.host(), y.host());
-      EXPECT_EQ(xs.host(), z.host());
-      EXPECT_EQ(inv2.host(), inv.host());
-      EXPECT_EQ(ds2.host(), ds.host());
-      EXPECT_EQ(db2.host(), db.host());
-      EXPECT_EQ(means2.host(), means.host());
-      EXPECT_EQ(dys.host(), dx.host());
+    for (const bool relu : {false, true}) {
+      SCOPED_TRACE(std::to_string(s.outer) + "x" + std::to_string(s.channels) + "x" +
+                   std::to_string(s.inner) + (relu ? " with ReLU" : ""));
+      const int64_t n = s.count(), c = s.channels, o = s.outer, in = s.inner;
+      const Bits x = random_bits(f, n, 41, -2, 3), dy = random_bits(f, n, 42);
+      const std::vector<float> scale = random_values(c, 43), bias = random_values(c, 44);
+      const std::vector<float> grads = random_values(c, 45);
+      Backend* backends[2] = {cuda_.get(), &native_};
+      for (Backend* be : backends) {
+        SCOPED_TRACE(be->name());
+        Halves xs(*be, x), dys(*be, dy);
+        Floats m(*be, c, 0.0f), v(*be, c, 0.0f), sc(*be, scale), bi(*be, bias);
+        be->channel_moments(f, o, c, in, xs.get(), m.get(), v.get());
+        // The two layers.
+        Halves y(*be, n, uint16_t{0x7fc0}), z(*be, n, uint16_t{0x7fc0});
+        Halves g(*be, n, uint16_t{0x7fc0}), dx(*be, n, uint16_t{0x7fc0});
+        Floats inv(*be, c, 0.0f), ds(*be, grads), db(*be, grads);
+        be->batch_norm_forward(f, o, c, in, 1e-5f, xs.get(), m.get(), v.get(), y.get(), inv.get(),
+                               nullptr);
+        be->channel_affine(f, o, c, in, y.get(), sc.get(), bi.get(), z.get());
+        Halves d(*be, dy);  // the ReLU's input gradient
+        if (relu) {
+          be->activation_forward(f, Activation::kReLU, n, 0.0f, z.get(), z.get());
+          be->activation_backward(f, Activation::kReLU, n, 0.0f, z.get(), dys.get(), d.get());
+        }
+        be->scale_gradients(f, o, c, in, d.get(), y.get(), ds.get(), db.get());
+        be->channel_affine(f, o, c, in, d.get(), sc.get(), nullptr, g.get());
+        be->batch_norm_backward(f, o, c, in, y.get(), g.get(), inv.get(), dx.get());
+        // Fused.
+        Halves kept(*be, n, uint16_t{0x7fc0});
+        Floats inv2(*be, c, 0.0f), means(*be, 2 * c, 0.0f), means2(*be, 2 * c, 0.0f);
+        Floats ds2(*be, grads), db2(*be, grads);
+        be->batch_norm_scale_forward(f, o, c, in, 1e-5f, xs.get(), m.get(), v.get(), sc.get(),
+                                     bi.get(), relu, xs.get(), inv2.get(), kept.get());
+        be->batch_norm_scale_sums(f, o, c, in, kept.get(), dys.get(), sc.get(), bi.get(), relu,
+                                  means.get(), ds2.get(), db2.get());
+        be->batch_norm_scale_sums(f, o, c, in, kept.get(), dys.get(), sc.get(), bi.get(), relu,
+                                  means2.get(), nullptr, nullptr);
+        be->batch_norm_scale_backward(f, o, c, in, kept.get(), dys.get(), inv2.get(), sc.get(),
+                                      bi.get(), relu, means.get(), dys.get());
+        EXPECT_EQ(kept.host(), y.host());
+        EXPECT_EQ(xs.host(), z.host());
+        EXPECT_EQ(inv2.host(), inv.host());
+        EXPECT_EQ(ds2.host(), ds.host());
+        EXPECT_EQ(db2.host(), db.host());
+        EXPECT_EQ(means2.host(), means.host());
+        EXPECT_EQ(dys.host(), dx.host());
+      }
     }
   }
 }

@@ -184,11 +184,11 @@ TEST(MinimalBackend, OptionalOperationsAreUnsupportedAndThrowNamingBackendAndOpe
       {Operation::kEltwiseMax, [&] { be.eltwise_max_forward(4, 1, p, p, mask.data()); }},
       {Operation::kEltwiseMax, [&] { be.eltwise_max_backward(4, 1, p, mask.data(), p); }},
       {Operation::kBatchNormScale,
-       [&] { be.batch_norm_scale_forward(1, 2, 2, 1e-5f, p, p, p, p, p, p, p, p + 8); }},
+       [&] { be.batch_norm_scale_forward(1, 2, 2, 1e-5f, p, p, p, p, p, false, p, p, p + 8); }},
       {Operation::kBatchNormScale,
-       [&] { be.batch_norm_scale_sums(1, 2, 2, p, p, p, p, nullptr, nullptr); }},
+       [&] { be.batch_norm_scale_sums(1, 2, 2, p, p, p, p, false, p, nullptr, nullptr); }},
       {Operation::kBatchNormScale,
-       [&] { be.batch_norm_scale_backward(1, 2, 2, p, p, p, p, p, p); }},
+       [&] { be.batch_norm_scale_backward(1, 2, 2, p, p, p, p, p, false, p, p); }},
   };
   for (const auto& [op, call] : calls) {
     const std::string message = error_of(call);

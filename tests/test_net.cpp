@@ -384,11 +384,11 @@ layer { name: "ip1" type: "Linear" bottom: "data" top: "ip1"
   }
 }
 
-// BatchNorm absorbs the Scale after it (batch statistics, per channel) and trains to the bit
-// as the two layers did (a Dropout of ratio 0 between them keeps them apart): with a layer
-// before it (its gradient and the Scale's), on the data (the Scale's gradient only, in
-// BatchNorm's backward_params), and with the Scale frozen (the input gradient only); in FP32
-// and in BF16.
+// BatchNorm absorbs the Scale after it (batch statistics, per channel), and a ReLU in place
+// after that, and trains to the bit as the layers did (a Dropout of ratio 0 between BatchNorm
+// and Scale keeps them apart): with a layer before it (its gradient and the Scale's), on the
+// data (the Scale's gradient only, in BatchNorm's backward_params), with the Scale frozen
+// (the input gradient only), neither in place, and with a ReLU; in FP32 and in BF16.
 TEST(NetFusion, BatchNormAbsorbsTheScaleAfterItAndTrainsTheSame) {
   const std::string head = R"(
 name: "bn"
@@ -400,10 +400,11 @@ layer { name: "ip0" type: "Linear" bottom: "data" top: "h"
         inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.7 } } }
 )";
   // bn reads `bottom` and writes `normalised`, the Scale reads that and writes `top` (in
-  // place where the names are the same), and a Linear and the loss follow.
+  // place where the names are the same), perhaps a ReLU in place on it, and a Linear and the
+  // loss follow.
   struct Pair {
     std::string bottom = "h", normalised = "h", scale_extra, top = "h";
-    bool bias = true;
+    bool bias = true, relu = false;
     std::string text(bool apart) const {
       std::string t = R"(layer { name: "bn" type: "BatchNorm" bottom: ")" + bottom +
                       R"(" top: ")" + normalised + R"(" })" "\n";
@@ -414,6 +415,9 @@ layer { name: "ip0" type: "Linear" bottom: "data" top: "h"
            R"(" scale_param { filler { type: "uniform" min: 0.5 max: 1.5 }
                bias_filler { type: "uniform" min: -0.5 max: 0.5 } bias_term: )" +
            (bias ? "true" : "false") + " } " + scale_extra + " }\n";
+      if (relu)
+        t += R"(layer { name: "relu" type: "ReLU" bottom: ")" + top + R"(" top: ")" + top +
+             R"(" })" "\n";
       return t + R"(layer { name: "ip2" type: "Linear" bottom: ")" + top + R"(" top: "s"
                    inner_product_param { num_output: 3
                                          weight_filler { type: "gaussian" std: 0.7 } } }
@@ -424,7 +428,7 @@ layer { name: "ip0" type: "Linear" bottom: "data" top: "h"
     std::string name, layers_before;
     Pair pair;
   };
-  Pair on_data, frozen, apart_top;
+  Pair on_data, frozen, apart_top, relu, on_data_relu;
   on_data.bottom = "data";
   on_data.normalised = "n";
   on_data.top = "n";
@@ -432,11 +436,16 @@ layer { name: "ip0" type: "Linear" bottom: "data" top: "h"
   apart_top.normalised = "n";
   apart_top.top = "scaled";
   apart_top.bias = false;
+  relu.relu = true;
+  on_data_relu = on_data;
+  on_data_relu.relu = true;
   const std::vector<Case> cases = {
       {"after a Linear", before, Pair()},
       {"on the data", "", on_data},
       {"frozen Scale", before, frozen},
       {"neither in place, no bias", before, apart_top},
+      {"with a ReLU", before, relu},
+      {"on the data, with a ReLU", "", on_data_relu},
   };
   for (const std::string precision : {"", " precision: BF16"}) {
     const SolverParameter sp = parse_solver_parameter(
@@ -449,6 +458,10 @@ layer { name: "ip0" type: "Linear" bottom: "data" top: "h"
                    native());
       EXPECT_TRUE(fused.net().layer_fused(layer_index(fused.net(), "scale")));
       EXPECT_FALSE(apart.net().layer_fused(layer_index(apart.net(), "scale")));
+      if (c.pair.relu) {
+        EXPECT_TRUE(fused.net().layer_fused(layer_index(fused.net(), "relu")));
+        EXPECT_FALSE(apart.net().layer_fused(layer_index(apart.net(), "relu")));
+      }
       const Mat scale_before = data_of(param(fused.net(), "scale", 0));
       expect_same_training(fused, apart);
       // The Scale learnt, unless frozen.

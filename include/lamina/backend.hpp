@@ -376,28 +376,33 @@ class Backend {
   virtual void batch_norm_backward(int64_t outer, int64_t channels, int64_t inner,
                                    const float* y, const float* dy, const float* inv_std,
                                    float* dx);
-  // kBatchNormScale. Batch normalisation followed by Scale (BatchNorm absorbing the Scale
-  // after it), each result the bits the two layers' operations give (where every array is
-  // 16-byte aligned, as tensors are: the CUDA sums' order follows the loads' width). Forward:
-  // kept = batch_norm_forward's y (inv_std written too), then y = channel_affine(kept, scale,
-  // bias) (bias may be null); y may be x, kept is another array.
+  // kBatchNormScale. Batch normalisation followed by Scale, and with relu by a ReLU of
+  // negative_slope 0 (BatchNorm absorbing the layers after it), each result the bits the
+  // layers' operations give (where every array is 16-byte aligned, as tensors are: the CUDA
+  // sums' order follows the loads' width). Forward: kept = batch_norm_forward's y (inv_std
+  // written too), then y = channel_affine(kept, scale, bias) (bias may be null), then with
+  // relu y = activation_forward(kReLU, y); y may be x, kept is another array.
   virtual void batch_norm_scale_forward(int64_t outer, int64_t channels, int64_t inner,
                                         float eps, const float* x, const float* mean,
                                         const float* var, const float* scale,
-                                        const float* bias, float* y, float* inv_std,
-                                        float* kept);
-  // With g = channel_affine(dy, scale, null) (Scale's input gradient): means[c] = mean_c(g)
-  // and means[channels + c] = mean_c(g kept), batch_norm_backward's means; where dscale is not
-  // null, also scale_gradients(dy, kept, dscale, dbias) (dbias may be null).
+                                        const float* bias, bool relu, float* y,
+                                        float* inv_std, float* kept);
+  // With d = dy, or with relu activation_backward(kReLU, y, dy) for y the forward's output
+  // (computed again from kept, scale and bias), and g = channel_affine(d, scale, null)
+  // (Scale's input gradient): means[c] = mean_c(g) and means[channels + c] = mean_c(g kept),
+  // batch_norm_backward's means; where dscale is not null, also scale_gradients(d, kept,
+  // dscale, dbias) (dbias may be null).
   virtual void batch_norm_scale_sums(int64_t outer, int64_t channels, int64_t inner,
                                      const float* kept, const float* dy, const float* scale,
-                                     float* means, float* dscale, float* dbias);
+                                     const float* bias, bool relu, float* means, float* dscale,
+                                     float* dbias);
   // dx = batch_norm_backward(kept, g, inv_std) with g as above and the means that
   // batch_norm_scale_sums gave; dx may be dy.
   virtual void batch_norm_scale_backward(int64_t outer, int64_t channels, int64_t inner,
                                          const float* kept, const float* dy,
                                          const float* inv_std, const float* scale,
-                                         const float* means, float* dx);
+                                         const float* bias, bool relu, const float* means,
+                                         float* dx);
   // kChannelAffine. y = x * scale[c] + bias[c]; a null scale means 1, a null bias 0. Works
   // in place.
   virtual void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,
@@ -474,22 +479,22 @@ class Backend {
   virtual void batch_norm_backward(Half format, int64_t outer, int64_t channels, int64_t inner,
                                    const uint16_t* y, const uint16_t* dy, const float* inv_std,
                                    uint16_t* dx);
-  // The three above with x, y, kept, dy and dx in `format`: kept and g are rounded to it
-  // before they are used, as the two layers' 16-bit operations round them.
+  // The three above with x, y, kept, dy and dx in `format`: kept, the Scale's output and g
+  // are rounded to it before they are used, as the layers' 16-bit operations round them.
   virtual void batch_norm_scale_forward(Half format, int64_t outer, int64_t channels,
                                         int64_t inner, float eps, const uint16_t* x,
                                         const float* mean, const float* var,
-                                        const float* scale, const float* bias, uint16_t* y,
-                                        float* inv_std, uint16_t* kept);
+                                        const float* scale, const float* bias, bool relu,
+                                        uint16_t* y, float* inv_std, uint16_t* kept);
   virtual void batch_norm_scale_sums(Half format, int64_t outer, int64_t channels,
                                      int64_t inner, const uint16_t* kept, const uint16_t* dy,
-                                     const float* scale, float* means, float* dscale,
-                                     float* dbias);
+                                     const float* scale, const float* bias, bool relu,
+                                     float* means, float* dscale, float* dbias);
   virtual void batch_norm_scale_backward(Half format, int64_t outer, int64_t channels,
                                          int64_t inner, const uint16_t* kept,
                                          const uint16_t* dy, const float* inv_std,
-                                         const float* scale, const float* means,
-                                         uint16_t* dx);
+                                         const float* scale, const float* bias, bool relu,
+                                         const float* means, uint16_t* dx);
   // As copy_rows for 16-bit values of either format (their bits are copied).
   virtual void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
                          uint16_t* dst, int64_t dst_stride);

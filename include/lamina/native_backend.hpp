@@ -83,13 +83,15 @@ class NativeBackend final : public Backend {
   void batch_norm_scale_forward(Half format, int64_t outer, int64_t channels, int64_t inner,
                                 float eps, const uint16_t* x, const float* mean,
                                 const float* var, const float* scale, const float* bias,
-                                uint16_t* y, float* inv_std, uint16_t* kept) override;
+                                bool relu, uint16_t* y, float* inv_std, uint16_t* kept) override;
   void batch_norm_scale_sums(Half format, int64_t outer, int64_t channels, int64_t inner,
                              const uint16_t* kept, const uint16_t* dy, const float* scale,
-                             float* means, float* dscale, float* dbias) override;
+                             const float* bias, bool relu, float* means, float* dscale,
+                             float* dbias) override;
   void batch_norm_scale_backward(Half format, int64_t outer, int64_t channels, int64_t inner,
                                  const uint16_t* kept, const uint16_t* dy, const float* inv_std,
-                                 const float* scale, const float* means, uint16_t* dx) override;
+                                 const float* scale, const float* bias, bool relu,
+                                 const float* means, uint16_t* dx) override;
   // channel_ops.cpp (16-bit values are copied, never rounded)
   void copy_rows(int64_t rows, int64_t cols, const uint16_t* src, int64_t src_stride,
                  uint16_t* dst, int64_t dst_stride) override;
@@ -155,14 +157,15 @@ class NativeBackend final : public Backend {
                            const float* dy, const float* inv_std, float* dx) override;
   void batch_norm_scale_forward(int64_t outer, int64_t channels, int64_t inner, float eps,
                                 const float* x, const float* mean, const float* var,
-                                const float* scale, const float* bias, float* y,
+                                const float* scale, const float* bias, bool relu, float* y,
                                 float* inv_std, float* kept) override;
   void batch_norm_scale_sums(int64_t outer, int64_t channels, int64_t inner, const float* kept,
-                             const float* dy, const float* scale, float* means, float* dscale,
-                             float* dbias) override;
+                             const float* dy, const float* scale, const float* bias, bool relu,
+                             float* means, float* dscale, float* dbias) override;
   void batch_norm_scale_backward(int64_t outer, int64_t channels, int64_t inner,
                                  const float* kept, const float* dy, const float* inv_std,
-                                 const float* scale, const float* means, float* dx) override;
+                                 const float* scale, const float* bias, bool relu,
+                                 const float* means, float* dx) override;
   void channel_affine(int64_t outer, int64_t channels, int64_t inner, const float* x,
                       const float* scale, const float* bias, float* y) override;
   void channel_reduce(int64_t outer, int64_t channels, int64_t inner, const float* a,

@@ -61,15 +61,16 @@ void Backend::batch_norm_backward(int64_t, int64_t, int64_t, const float*, const
 }
 void Backend::batch_norm_scale_forward(int64_t, int64_t, int64_t, float, const float*,
                                        const float*, const float*, const float*, const float*,
-                                       float*, float*, float*) {
+                                       bool, float*, float*, float*) {
   unsupported(Operation::kBatchNormScale, "batch_norm_scale_forward");
 }
 void Backend::batch_norm_scale_sums(int64_t, int64_t, int64_t, const float*, const float*,
-                                    const float*, float*, float*, float*) {
+                                    const float*, const float*, bool, float*, float*, float*) {
   unsupported(Operation::kBatchNormScale, "batch_norm_scale_sums");
 }
 void Backend::batch_norm_scale_backward(int64_t, int64_t, int64_t, const float*, const float*,
-                                        const float*, const float*, const float*, float*) {
+                                        const float*, const float*, const float*, bool,
+                                        const float*, float*) {
   unsupported(Operation::kBatchNormScale, "batch_norm_scale_backward");
 }
 void Backend::channel_affine(int64_t, int64_t, int64_t, const float*, const float*,
@@ -187,16 +188,17 @@ void Backend::batch_norm_backward(Half, int64_t, int64_t, int64_t, const uint16_
 }
 void Backend::batch_norm_scale_forward(Half, int64_t, int64_t, int64_t, float, const uint16_t*,
                                        const float*, const float*, const float*, const float*,
-                                       uint16_t*, float*, uint16_t*) {
+                                       bool, uint16_t*, float*, uint16_t*) {
   unsupported_half("batch_norm_scale_forward");
 }
 void Backend::batch_norm_scale_sums(Half, int64_t, int64_t, int64_t, const uint16_t*,
-                                    const uint16_t*, const float*, float*, float*, float*) {
+                                    const uint16_t*, const float*, const float*, bool, float*,
+                                    float*, float*) {
   unsupported_half("batch_norm_scale_sums");
 }
 void Backend::batch_norm_scale_backward(Half, int64_t, int64_t, int64_t, const uint16_t*,
                                         const uint16_t*, const float*, const float*,
-                                        const float*, uint16_t*) {
+                                        const float*, bool, const float*, uint16_t*) {
   unsupported_half("batch_norm_scale_backward");
 }
 void Backend::copy_rows(int64_t, int64_t, const uint16_t*, int64_t, uint16_t*, int64_t) {

@@ -8,7 +8,8 @@
 //   6. collect_losses    the scalar tops that count in the loss, with their weights
 //   7. infer_backward    which layers need backward, and which bottoms get gradients
 //   8. bind_params       build (or share) the parameter arena and bind every parameter
-//   9. fuse_layers       a layer absorbs the layer after it (Linear + ReLU)
+//   9. fuse_layers       a layer absorbs the layers after it (Linear + ReLU;
+//                        BatchNorm + Scale + ReLU)
 // Errors name the prototxt file, the line of the layer, its name and type (net.hpp).
 #include <glog/logging.h>
 
@@ -718,41 +719,46 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
 }
 
 // 9. A layer followed by a one-bottom, one-top layer that reads its only top may take over
-//    that layer's work (Layer::absorb); the net then skips the absorbed layer. The next
+//    that layer's work (Layer::absorb), and then that of further layers in place on the same
+//    top (BatchNorm + Scale + ReLU); the net then skips the absorbed layers. The next
 //    layer works in place on the top, or is the top's only reader, and the top is then made
 //    to share the next top's values and gradients (in place in effect). A top that counts
-//    in the loss keeps its own values. Both layers store in the same precision. The first
-//    layer's backward then does the next one's too: it runs where either needed it, and
-//    computes parameter gradients where either has learnable parameters (BatchNorm + Scale).
+//    in the loss keeps its own values. The layers store in the same precision. The first
+//    layer's backward then does the absorbed ones' too: it runs where any needed it, and
+//    computes parameter gradients where any has learnable parameters (BatchNorm + Scale).
 void Net::fuse_layers() {
   fused_.assign(layers_.size(), false);
   std::vector<int> readers(blobs_.size(), 0);
   for (const LayerIO& io : io_)
     for (int b : io.bottoms) ++readers[b];
   for (size_t i = 0; i + 1 < layers_.size(); ++i) {
-    const LayerIO& io = io_[i];
-    const LayerIO& next = io_[i + 1];
-    if (fused_[i] || io.tops.size() != 1 || next.bottoms.size() != 1 || next.tops.size() != 1 ||
-        next.bottoms[0] != io.tops[0] || storage_[i] != storage_[i + 1])
-      continue;
-    const bool in_place = next.tops[0] == next.bottoms[0];
-    if (!in_place && readers[io.tops[0]] != 1) continue;
-    const bool weighted = std::any_of(loss_blobs_.begin(), loss_blobs_.end(),
-                                      [&](const auto& l) { return l.first == io.tops[0]; });
-    if (weighted || !layers_[i]->absorb(*layers_[i + 1])) continue;
-    layers_[i + 1]->absorbed();
-    fused_[i + 1] = true;
-    needs_backward_[i] = needs_backward_[i] || needs_backward_[i + 1];
-    learnable_[i] = learnable_[i] || learnable_[i + 1];
-    if (!in_place) {
-      // The first top takes the next top's memory, not the other way round: the layers
-      // after the next one (a Split, a Flatten view) already hold that memory, and the
-      // first top has no reader but the absorbed layer.
-      Tensor& next_top = *blobs_[next.tops[0]];
-      blobs_[io.tops[0]]->share_data(next_top);
-      blobs_[io.tops[0]]->share_diff(next_top);
+    if (fused_[i]) continue;
+    // Layer i absorbs the layers after it while it can; after the first, only those in place.
+    for (size_t k = i; k + 1 < layers_.size(); ++k) {
+      const LayerIO& io = io_[k];
+      const LayerIO& next = io_[k + 1];
+      if (io.tops.size() != 1 || next.bottoms.size() != 1 || next.tops.size() != 1 ||
+          next.bottoms[0] != io.tops[0] || storage_[i] != storage_[k + 1])
+        break;
+      const bool in_place = next.tops[0] == next.bottoms[0];
+      if (!in_place && (k > i || readers[io.tops[0]] != 1)) break;
+      const bool weighted = std::any_of(loss_blobs_.begin(), loss_blobs_.end(),
+                                        [&](const auto& l) { return l.first == io.tops[0]; });
+      if (weighted || !layers_[i]->absorb(*layers_[k + 1])) break;
+      layers_[k + 1]->absorbed();
+      fused_[k + 1] = true;
+      needs_backward_[i] = needs_backward_[i] || needs_backward_[k + 1];
+      learnable_[i] = learnable_[i] || learnable_[k + 1];
+      if (!in_place) {
+        // The first top takes the next top's memory, not the other way round: the layers
+        // after the next one (a Split, a Flatten view) already hold that memory, and the
+        // first top has no reader but the absorbed layer.
+        Tensor& next_top = *blobs_[next.tops[0]];
+        blobs_[io.tops[0]]->share_data(next_top);
+        blobs_[io.tops[0]]->share_diff(next_top);
+      }
+      VLOG(1) << "layer " << layers_[i]->name() << " absorbs " << layers_[k + 1]->name();
     }
-    VLOG(1) << "layer " << layers_[i]->name() << " absorbs " << layers_[i + 1]->name();
   }
 }
 

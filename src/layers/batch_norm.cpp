@@ -24,11 +24,13 @@
 // through batch statistics needs.
 //
 // With batch statistics, BatchNorm absorbs the per-channel Scale after it (Layer::absorb;
-// Caffe's BatchNorm + Scale pair): the forward writes y_ and the scaled top in one pass, and
-// the backward computes the Scale's gradients (in backward_params, which the net then calls
-// for BatchNorm) and its own from one pass over the top's gradient and y_, then dx in
-// another (backend.hpp, batch_norm_scale_*). The results are the two layers' bit for bit;
-// the Scale keeps its parameters (names, snapshots, solver) and does no work of its own.
+// Caffe's BatchNorm + Scale pair), and then an in-place ReLU (negative_slope 0) after that:
+// the forward writes y_ and the scaled (and rectified) top in one pass, and the backward
+// computes the Scale's gradients (in backward_params, which the net then calls for
+// BatchNorm) and its own from one pass over the top's gradient and y_, then dx in another
+// (backend.hpp, batch_norm_scale_*; the ReLU's mask comes from its output computed again
+// from y_). The results are the layers' bit for bit; the Scale keeps its parameters (names,
+// snapshots, solver) and the absorbed layers do no work of their own.
 // In a 16-bit precision x, y, y_ and the gradients are 16-bit; the statistics stay FP32.
 #include <memory>
 
@@ -57,10 +59,16 @@ class BatchNormLayer : public Layer {
   }
 
   // A Scale of one bottom over the channel axis (axis 1, one axis: scale and bias (C)), on a
-  // backend that has the fused operations.
+  // backend that has the fused operations; after it, a ReLU of negative_slope 0 (which the
+  // net offers only in place).
   bool absorb(const Layer& next) override {
-    if (global_ || next.type() != "Scale" || next.param().bottom_size() > 1 ||
-        !backend_.supports(Operation::kBatchNormScale))
+    if (scale_ != nullptr && !relu_ && next.type() == "ReLU" &&
+        next.param().relu_param().negative_slope() == 0) {
+      relu_ = true;
+      return true;
+    }
+    if (global_ || scale_ != nullptr || next.type() != "Scale" ||
+        next.param().bottom_size() > 1 || !backend_.supports(Operation::kBatchNormScale))
       return false;
     const ScaleParameter& p = next.param().scale_param();
     const std::vector<Param>& params = next.params();
@@ -130,8 +138,9 @@ class BatchNormLayer : public Layer {
       backend_.channel_moments(f, n_, c_, s_, x.half_data(), mean, var);
       if (scale_ != nullptr) {
         backend_.batch_norm_scale_forward(f, n_, c_, s_, eps_, x.half_data(), mean, var,
-                                          scale_->data(), bias_data(), y.mutable_half_data(),
-                                          inv_std, y_->mutable_half_data());
+                                          scale_->data(), bias_data(), relu_,
+                                          y.mutable_half_data(), inv_std,
+                                          y_->mutable_half_data());
       } else {
         backend_.batch_norm_forward(f, n_, c_, s_, eps_, x.half_data(), mean, var,
                                     y.mutable_half_data(), inv_std, y_->mutable_half_data());
@@ -139,7 +148,7 @@ class BatchNormLayer : public Layer {
     } else if (scale_ != nullptr) {
       backend_.channel_moments(n_, c_, s_, x.data(), mean, var);
       backend_.batch_norm_scale_forward(n_, c_, s_, eps_, x.data(), mean, var, scale_->data(),
-                                        bias_data(), y.mutable_data(), inv_std,
+                                        bias_data(), relu_, y.mutable_data(), inv_std,
                                         y_->mutable_data());
     } else {
       backend_.channel_moments(n_, c_, s_, x.data(), mean, var);
@@ -174,10 +183,12 @@ class BatchNormLayer : public Layer {
       if (is_half(storage_)) {
         backend_.batch_norm_scale_backward(half_format(storage_), n_, c_, s_, y_->half_data(),
                                            dy.half_diff(), inv_std_->data(), scale_->data(),
-                                           means_->data(), dx.mutable_half_diff());
+                                           bias_data(), relu_, means_->data(),
+                                           dx.mutable_half_diff());
       } else {
         backend_.batch_norm_scale_backward(n_, c_, s_, y_->data(), dy.diff(), inv_std_->data(),
-                                           scale_->data(), means_->data(), dx.mutable_diff());
+                                           scale_->data(), bias_data(), relu_, means_->data(),
+                                           dx.mutable_diff());
       }
       means_ready_ = false;
       return;
@@ -207,11 +218,11 @@ class BatchNormLayer : public Layer {
   void scale_sums(const Tensor& dy, float* dscale, float* dbias) {
     if (is_half(storage_)) {
       backend_.batch_norm_scale_sums(half_format(storage_), n_, c_, s_, y_->half_data(),
-                                     dy.half_diff(), scale_->data(), means_->mutable_data(),
-                                     dscale, dbias);
+                                     dy.half_diff(), scale_->data(), bias_data(), relu_,
+                                     means_->mutable_data(), dscale, dbias);
     } else {
       backend_.batch_norm_scale_sums(n_, c_, s_, y_->data(), dy.diff(), scale_->data(),
-                                     means_->mutable_data(), dscale, dbias);
+                                     bias_data(), relu_, means_->mutable_data(), dscale, dbias);
     }
   }
 
@@ -227,6 +238,7 @@ class BatchNormLayer : public Layer {
   // means, computed with its gradients (means_ready_) or by backward_input.
   Tensor* scale_ = nullptr;
   Tensor* bias_ = nullptr;
+  bool relu_ = false;  // an absorbed ReLU after the Scale
   std::unique_ptr<Tensor> means_;
   bool means_ready_ = false;
 };

@@ -1,12 +1,14 @@
-// Batch normalisation followed by Scale on CUDA (backend.hpp, batch_norm_scale_*: a
-// BatchNorm layer that absorbed the Scale after it), in FP32 and in 16 bits. Each result has
-// the bits that batch_norm_kernels.cu and channel_kernels.cu give the two layers one after
-// the other: kept and Scale's input gradient g are rounded to the storage before they are
-// used, the sums walk the elements in the same order (channel_sums.cuh), and the arithmetic
-// is batch_norm.cuh's. What the fusion saves is passes over memory: the forward reads x once
-// and writes kept and y (3 passes; the two layers 7, with the in-place Scale's copy of its
-// input); the backward reads dy and kept once for all four sums and once more for dx (5
-// passes; the two layers 9).
+// Batch normalisation followed by Scale, and perhaps a ReLU, on CUDA (backend.hpp,
+// batch_norm_scale_*: a BatchNorm layer that absorbed the layers after it), in FP32 and in
+// 16 bits. Each result has the bits that batch_norm_kernels.cu, channel_kernels.cu and
+// activation_kernels.cu give the layers one after the other: kept, the Scale's output and
+// its input gradient g are rounded to the storage before they are used, the ReLU's mask
+// comes from its output computed again from kept, the sums walk the elements in the same
+// order (channel_sums.cuh), and the arithmetic is batch_norm.cuh's and the ReLU's. What the
+// fusion saves is passes over memory: the forward reads x once and writes kept and y (3
+// passes; BatchNorm and Scale 7, with the in-place Scale's copy of its input, and a ReLU 2
+// more); the backward reads dy and kept once for all four sums and once more for dx (5
+// passes; BatchNorm and Scale 9, a ReLU 3 more).
 #include "backends/cuda/batch_norm.cuh"
 #include "backends/cuda/channel_sums.cuh"
 #include "backends/cuda/cuda_backend.hpp"
@@ -27,11 +29,42 @@ __device__ __forceinline__ float scaled_gradient(float dy, float scale) {
   return stored<S>(__fadd_rn(__fmul_rn(dy, scale), 0.0f));
 }
 
-// kept = (x - mean[c]) inv_std[c]; y = kept scale[c] + bias[c] (null bias: 0); y may be x.
+// The Scale's output from a stored kept value (rounded to the storage), and with relu the
+// ReLU's of it (activation_kernels.cu's: v > 0 ? v : 0 v).
+template <class S>
+__device__ __forceinline__ float scaled_output(float kept, float scale, float bias, bool relu) {
+  const float v = stored<S>(__fadd_rn(__fmul_rn(kept, scale), bias));
+  return relu ? (v > 0 ? v : 0.0f * v) : v;
+}
+
+// Half the smallest positive value stored as S: a float above it is stored as a positive
+// value, one at or below it as 0 or less (rounding to nearest even sends the half to 0), and
+// a NaN compares false either way.
+template <class S>
+constexpr float kRoundsPositiveAbove = 0.0f;
+template <>
+constexpr float kRoundsPositiveAbove<Bf16Storage> = 0x1p-134f;
+template <>
+constexpr float kRoundsPositiveAbove<Fp16Storage> = 0x1p-25f;
+
+// The ReLU's input gradient (dy itself without relu) from a stored kept value: dy where the
+// Scale's stored output is > 0, else 0 dy (relu_backward_value), deciding "stored > 0" on
+// the FP32 value without rounding it.
+template <class S>
+__device__ __forceinline__ float relu_input_gradient(float dy, float kept, float scale,
+                                                     float bias, bool relu) {
+  if (!relu) return dy;
+  const float v = __fadd_rn(__fmul_rn(kept, scale), bias);
+  return v > kRoundsPositiveAbove<S> ? dy : 0.0f * dy;
+}
+
+// kept = (x - mean[c]) inv_std[c]; y = kept scale[c] + bias[c] (null bias: 0), with relu its
+// ReLU; y may be x.
 template <class S>
 struct NormalizeScaleOp {
   const typename S::Stored* x;
   const float *mean, *inv_std, *scale, *bias;
+  bool relu;
   typename S::Stored *y, *kept;
   int alignment() const { return alignment_of({x, y, kept}); }
   template <int W>
@@ -44,28 +77,30 @@ struct NormalizeScaleOp {
     for (int k = 0; k < W; ++k) v[k] = normalized(v[k], mu, is);
     store_group<S>(kept, i, v);
 #pragma unroll
-    for (int k = 0; k < W; ++k) v[k] = __fadd_rn(__fmul_rn(stored<S>(v[k]), sc), b);
+    for (int k = 0; k < W; ++k) v[k] = scaled_output<S>(stored<S>(v[k]), sc, b, relu);
     store_group<S>(y, i, v);
   }
 };
 
-// g and g kept (batch normalisation's backward sums); with K = 4 also dy kept and dy
-// (Scale's gradients), g = scaled_gradient(dy, scale[c]).
+// g and g kept (batch normalisation's backward sums); with K = 4 also d kept and d (Scale's
+// gradients), for d = relu_input_gradient(dy) and g = scaled_gradient(d, scale[c]).
 template <class S, int K>
 struct ScaledGradientTerms {
   using Storage = S;
   static constexpr int kSums = K;
   const typename S::Stored *dy, *kept;
-  const float* scale;
+  const float *scale, *bias;
+  bool relu;
   int alignment() const { return alignment_of({dy, kept}); }
   template <int W>
   __device__ void add(int64_t i, int64_t c, double* sum) const {
-    const float sc = scale[c];
+    const float sc = scale[c], b = bias != nullptr ? bias[c] : 0.0f;
     float g[W], v[W];
     load_group<S>(dy, i, g);
     load_group<S>(kept, i, v);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
+      g[k] = relu_input_gradient<S>(g[k], v[k], sc, b, relu);
       const float scaled = scaled_gradient<S>(g[k], sc);
       sum[0] += scaled;
       sum[1] += static_cast<double>(scaled) * v[k];
@@ -115,8 +150,9 @@ __global__ void scale_parts_kernel(int64_t channels, int parts, int sums, double
 template <class S, int K>
 void scale_sums(CudaContext& context, cudaStream_t s, int64_t outer, int64_t channels,
                 int64_t inner, const typename S::Stored* kept, const typename S::Stored* dy,
-                const float* scale, float* means, float* dscale, float* dbias) {
-  const ScaledGradientTerms<S, K> terms{dy, kept, scale};
+                const float* scale, const float* bias, bool relu, float* means, float* dscale,
+                float* dbias) {
+  const ScaledGradientTerms<S, K> terms{dy, kept, scale, bias, relu};
   const double m = static_cast<double>(outer * inner);
   const ChannelParts split(outer, channels, inner, context.sm_count());
   if (split.parts == 0) {
@@ -140,33 +176,41 @@ void scale_sums(CudaContext& context, cudaStream_t s, int64_t outer, int64_t cha
 template <class S>
 void batch_norm_scale_sums_of(CudaContext& context, cudaStream_t s, int64_t outer,
                               int64_t channels, int64_t inner, const typename S::Stored* kept,
-                              const typename S::Stored* dy, const float* scale, float* means,
-                              float* dscale, float* dbias) {
+                              const typename S::Stored* dy, const float* scale,
+                              const float* bias, bool relu, float* means, float* dscale,
+                              float* dbias) {
   if (channels <= 0 || outer * inner == 0) return;
-  if (dscale == nullptr)
-    scale_sums<S, 2>(context, s, outer, channels, inner, kept, dy, scale, means, dscale, dbias);
-  else
-    scale_sums<S, 4>(context, s, outer, channels, inner, kept, dy, scale, means, dscale, dbias);
+  if (dscale == nullptr) {
+    scale_sums<S, 2>(context, s, outer, channels, inner, kept, dy, scale, bias, relu, means,
+                     dscale, dbias);
+  } else {
+    scale_sums<S, 4>(context, s, outer, channels, inner, kept, dy, scale, bias, relu, means,
+                     dscale, dbias);
+  }
 }
 
-// dx = normalized_gradient(inv_std[c], kept, g, means[c], means[channels + c]); dx may be dy.
+// dx = normalized_gradient(inv_std[c], kept, g, means[c], means[channels + c]), g as in
+// ScaledGradientTerms; dx may be dy.
 template <class S>
 struct NormalizeScaleBackwardOp {
   const typename S::Stored *kept, *dy;
-  const float *inv_std, *scale, *means;
+  const float *inv_std, *scale, *bias, *means;
+  bool relu;
   int64_t channels;
   typename S::Stored* dx;
   int alignment() const { return alignment_of({kept, dy, dx}); }
   template <int W>
   __device__ void apply(int64_t i, int64_t c) const {
-    const float is = inv_std[c], sc = scale[c], mean_dy = means[c];
-    const float mean_dy_y = means[channels + c];
+    const float is = inv_std[c], sc = scale[c], b = bias != nullptr ? bias[c] : 0.0f;
+    const float mean_dy = means[c], mean_dy_y = means[channels + c];
     float v[W], g[W];
     load_group<S>(kept, i, v);
     load_group<S>(dy, i, g);
 #pragma unroll
-    for (int k = 0; k < W; ++k)
-      v[k] = normalized_gradient(is, v[k], scaled_gradient<S>(g[k], sc), mean_dy, mean_dy_y);
+    for (int k = 0; k < W; ++k) {
+      const float d = relu_input_gradient<S>(g[k], v[k], sc, b, relu);
+      v[k] = normalized_gradient(is, v[k], scaled_gradient<S>(d, sc), mean_dy, mean_dy_y);
+    }
     store_group<S>(dx, i, v);
   }
 };
@@ -174,13 +218,13 @@ struct NormalizeScaleBackwardOp {
 template <class S>
 void normalize_scale(cudaStream_t s, int64_t outer, int64_t channels, int64_t inner, float eps,
                      const typename S::Stored* x, const float* mean, const float* var,
-                     const float* scale, const float* bias, typename S::Stored* y,
+                     const float* scale, const float* bias, bool relu, typename S::Stored* y,
                      float* inv_std, typename S::Stored* kept) {
   if (channels <= 0) return;
   inverse_std_kernel<<<elementwise_grid(channels), kBlock, 0, s>>>(channels, eps, var, inv_std);
   LAMINA_CUDA_LAUNCHED(inverse_std_kernel);
   launch_channel_op<S>(s, outer, channels, inner,
-                       NormalizeScaleOp<S>{x, mean, inv_std, scale, bias, y, kept});
+                       NormalizeScaleOp<S>{x, mean, inv_std, scale, bias, relu, y, kept});
 }
 
 }  // namespace
@@ -188,62 +232,64 @@ void normalize_scale(cudaStream_t s, int64_t outer, int64_t channels, int64_t in
 void CudaBackend::batch_norm_scale_forward(int64_t outer, int64_t channels, int64_t inner,
                                            float eps, const float* x, const float* mean,
                                            const float* var, const float* scale,
-                                           const float* bias, float* y, float* inv_std,
-                                           float* kept) {
+                                           const float* bias, bool relu, float* y,
+                                           float* inv_std, float* kept) {
   normalize_scale<Fp32Storage>(on_device(), outer, channels, inner, eps, x, mean, var, scale,
-                               bias, y, inv_std, kept);
+                               bias, relu, y, inv_std, kept);
 }
 
 void CudaBackend::batch_norm_scale_sums(int64_t outer, int64_t channels, int64_t inner,
                                         const float* kept, const float* dy, const float* scale,
-                                        float* means, float* dscale, float* dbias) {
+                                        const float* bias, bool relu, float* means,
+                                        float* dscale, float* dbias) {
   batch_norm_scale_sums_of<Fp32Storage>(context_, on_device(), outer, channels, inner, kept, dy,
-                                        scale, means, dscale, dbias);
+                                        scale, bias, relu, means, dscale, dbias);
 }
 
 void CudaBackend::batch_norm_scale_backward(int64_t outer, int64_t channels, int64_t inner,
                                             const float* kept, const float* dy,
                                             const float* inv_std, const float* scale,
-                                            const float* means, float* dx) {
-  launch_channel_op<Fp32Storage>(
-      on_device(), outer, channels, inner,
-      NormalizeScaleBackwardOp<Fp32Storage>{kept, dy, inv_std, scale, means, channels, dx});
+                                            const float* bias, bool relu, const float* means,
+                                            float* dx) {
+  launch_channel_op<Fp32Storage>(on_device(), outer, channels, inner,
+                                 NormalizeScaleBackwardOp<Fp32Storage>{
+                                     kept, dy, inv_std, scale, bias, means, relu, channels, dx});
 }
 
 void CudaBackend::batch_norm_scale_forward(Half format, int64_t outer, int64_t channels,
                                            int64_t inner, float eps, const uint16_t* x,
                                            const float* mean, const float* var,
-                                           const float* scale, const float* bias, uint16_t* y,
-                                           float* inv_std, uint16_t* kept) {
+                                           const float* scale, const float* bias, bool relu,
+                                           uint16_t* y, float* inv_std, uint16_t* kept) {
   const cudaStream_t s = on_device();
   with_half_storage(format, [&](auto storage) {
     normalize_scale<decltype(storage)>(s, outer, channels, inner, eps, x, mean, var, scale,
-                                       bias, y, inv_std, kept);
+                                       bias, relu, y, inv_std, kept);
   });
 }
 
 void CudaBackend::batch_norm_scale_sums(Half format, int64_t outer, int64_t channels,
                                         int64_t inner, const uint16_t* kept, const uint16_t* dy,
-                                        const float* scale, float* means, float* dscale,
-                                        float* dbias) {
+                                        const float* scale, const float* bias, bool relu,
+                                        float* means, float* dscale, float* dbias) {
   const cudaStream_t s = on_device();
   with_half_storage(format, [&](auto storage) {
     batch_norm_scale_sums_of<decltype(storage)>(context_, s, outer, channels, inner, kept, dy,
-                                                scale, means, dscale, dbias);
+                                                scale, bias, relu, means, dscale, dbias);
   });
 }
 
 void CudaBackend::batch_norm_scale_backward(Half format, int64_t outer, int64_t channels,
                                             int64_t inner, const uint16_t* kept,
                                             const uint16_t* dy, const float* inv_std,
-                                            const float* scale, const float* means,
-                                            uint16_t* dx) {
+                                            const float* scale, const float* bias, bool relu,
+                                            const float* means, uint16_t* dx) {
   const cudaStream_t s = on_device();
   with_half_storage(format, [&](auto storage) {
     using S = decltype(storage);
     launch_channel_op<S>(s, outer, channels, inner,
-                         NormalizeScaleBackwardOp<S>{kept, dy, inv_std, scale, means, channels,
-                                                     dx});
+                         NormalizeScaleBackwardOp<S>{kept, dy, inv_std, scale, bias, means,
+                                                     relu, channels, dx});
   });
 }
 

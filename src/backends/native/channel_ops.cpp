@@ -151,35 +151,57 @@ void NativeBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t
   backward_from_means(outer, channels, inner, y, dy, inv_std, means.data(), dx);
 }
 
-// Batch normalisation and Scale as the two layers' operations, one after the other; g
-// (Scale's input gradient) in a host array.
+// Batch normalisation, Scale and (with relu) ReLU as the layers' operations, one after the
+// other, in host arrays.
 void NativeBackend::batch_norm_scale_forward(int64_t outer, int64_t channels, int64_t inner,
                                              float eps, const float* x, const float* mean,
                                              const float* var, const float* scale,
-                                             const float* bias, float* y, float* inv_std,
-                                             float* kept) {
+                                             const float* bias, bool relu, float* y,
+                                             float* inv_std, float* kept) {
   batch_norm_forward(outer, channels, inner, eps, x, mean, var, kept, inv_std, nullptr);
   channel_affine(outer, channels, inner, kept, scale, bias, y);
+  if (relu) activation_forward(Activation::kReLU, outer * channels * inner, 0.0f, y, y);
 }
+
+namespace {
+
+// The ReLU's input gradient (dy itself without relu), from the forward's output computed
+// again from kept.
+std::vector<float> relu_gradient(NativeBackend& be, int64_t outer, int64_t channels,
+                                 int64_t inner, const float* kept, const float* dy,
+                                 const float* scale, const float* bias, bool relu) {
+  const int64_t n = outer * channels * inner;
+  if (!relu) return std::vector<float>(dy, dy + n);
+  std::vector<float> y(n), d(n);
+  be.channel_affine(outer, channels, inner, kept, scale, bias, y.data());
+  be.activation_forward(Activation::kReLU, n, 0.0f, y.data(), y.data());
+  be.activation_backward(Activation::kReLU, n, 0.0f, y.data(), dy, d.data());
+  return d;
+}
+
+}  // namespace
 
 void NativeBackend::batch_norm_scale_sums(int64_t outer, int64_t channels, int64_t inner,
                                           const float* kept, const float* dy,
-                                          const float* scale, float* means, float* dscale,
-                                          float* dbias) {
-  if (dscale != nullptr) scale_gradients(outer, channels, inner, dy, kept, dscale, dbias);
+                                          const float* scale, const float* bias, bool relu,
+                                          float* means, float* dscale, float* dbias) {
   if (outer * inner == 0) return;
-  std::vector<float> g(outer * channels * inner);
-  channel_affine(outer, channels, inner, dy, scale, nullptr, g.data());
-  backward_means(outer, channels, inner, kept, g.data(), means);
+  std::vector<float> d =
+      relu_gradient(*this, outer, channels, inner, kept, dy, scale, bias, relu);
+  if (dscale != nullptr) scale_gradients(outer, channels, inner, d.data(), kept, dscale, dbias);
+  channel_affine(outer, channels, inner, d.data(), scale, nullptr, d.data());
+  backward_means(outer, channels, inner, kept, d.data(), means);
 }
 
 void NativeBackend::batch_norm_scale_backward(int64_t outer, int64_t channels, int64_t inner,
                                               const float* kept, const float* dy,
                                               const float* inv_std, const float* scale,
-                                              const float* means, float* dx) {
-  std::vector<float> g(outer * channels * inner);
-  channel_affine(outer, channels, inner, dy, scale, nullptr, g.data());
-  backward_from_means(outer, channels, inner, kept, g.data(), inv_std, means, dx);
+                                              const float* bias, bool relu, const float* means,
+                                              float* dx) {
+  std::vector<float> d =
+      relu_gradient(*this, outer, channels, inner, kept, dy, scale, bias, relu);
+  channel_affine(outer, channels, inner, d.data(), scale, nullptr, d.data());
+  backward_from_means(outer, channels, inner, kept, d.data(), inv_std, means, dx);
 }
 
 // x, y (outer, channels, inner); scale, bias (channels) or null. Works in place.

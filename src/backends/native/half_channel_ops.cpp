@@ -64,40 +64,69 @@ void NativeBackend::batch_norm_backward(Half format, int64_t outer, int64_t chan
   to_half(format, n, wide, dx);
 }
 
-// As the FP32 operations, with kept and g rounded to `format` before they are used: the
-// 16-bit g, widened, goes to the FP32 operation with scale 1 (which leaves it unchanged).
+// As the FP32 operations, with kept, the Scale's output and g rounded to `format` before
+// they are used: the 16-bit g, widened, goes to the FP32 operation with scale 1 (which
+// leaves it unchanged) and no ReLU.
 void NativeBackend::batch_norm_scale_forward(Half format, int64_t outer, int64_t channels,
                                              int64_t inner, float eps, const uint16_t* x,
                                              const float* mean, const float* var,
-                                             const float* scale, const float* bias, uint16_t* y,
-                                             float* inv_std, uint16_t* kept) {
+                                             const float* scale, const float* bias, bool relu,
+                                             uint16_t* y, float* inv_std, uint16_t* kept) {
   batch_norm_forward(format, outer, channels, inner, eps, x, mean, var, kept, inv_std, nullptr);
   channel_affine(format, outer, channels, inner, kept, scale, bias, y);
+  if (relu) activation_forward(format, Activation::kReLU, outer * channels * inner, 0.0f, y, y);
 }
+
+namespace {
+
+// g = the Scale's input gradient in `format`, from the ReLU's input gradient d (dy without
+// relu; with relu from the forward's output computed again from kept); where dscale is not
+// null, the Scale's gradients from d.
+std::vector<uint16_t> scaled_gradient(NativeBackend& be, Half format, int64_t outer,
+                                      int64_t channels, int64_t inner, const uint16_t* kept,
+                                      const uint16_t* dy, const float* scale, const float* bias,
+                                      bool relu, float* dscale, float* dbias) {
+  const int64_t n = outer * channels * inner;
+  std::vector<uint16_t> d(dy, dy + n);
+  if (relu) {
+    std::vector<uint16_t> y(n);
+    be.channel_affine(format, outer, channels, inner, kept, scale, bias, y.data());
+    be.activation_forward(format, Activation::kReLU, n, 0.0f, y.data(), y.data());
+    be.activation_backward(format, Activation::kReLU, n, 0.0f, y.data(), dy, d.data());
+  }
+  if (dscale != nullptr)
+    be.scale_gradients(format, outer, channels, inner, d.data(), kept, dscale, dbias);
+  be.channel_affine(format, outer, channels, inner, d.data(), scale, nullptr, d.data());
+  return d;
+}
+
+}  // namespace
 
 void NativeBackend::batch_norm_scale_sums(Half format, int64_t outer, int64_t channels,
                                           int64_t inner, const uint16_t* kept,
-                                          const uint16_t* dy, const float* scale, float* means,
+                                          const uint16_t* dy, const float* scale,
+                                          const float* bias, bool relu, float* means,
                                           float* dscale, float* dbias) {
-  if (dscale != nullptr) scale_gradients(format, outer, channels, inner, dy, kept, dscale, dbias);
   const int64_t n = outer * channels * inner;
-  std::vector<uint16_t> g(n);
-  channel_affine(format, outer, channels, inner, dy, scale, nullptr, g.data());
+  const std::vector<uint16_t> g = scaled_gradient(*this, format, outer, channels, inner, kept,
+                                                  dy, scale, bias, relu, dscale, dbias);
   batch_norm_scale_sums(outer, channels, inner, widen(format, n, kept, 0),
-                        widen(format, n, g.data(), 1), nullptr, means, nullptr, nullptr);
+                        widen(format, n, g.data(), 1), nullptr, nullptr, false, means, nullptr,
+                        nullptr);
 }
 
 void NativeBackend::batch_norm_scale_backward(Half format, int64_t outer, int64_t channels,
                                               int64_t inner, const uint16_t* kept,
                                               const uint16_t* dy, const float* inv_std,
-                                              const float* scale, const float* means,
-                                              uint16_t* dx) {
+                                              const float* scale, const float* bias, bool relu,
+                                              const float* means, uint16_t* dx) {
   const int64_t n = outer * channels * inner;
-  std::vector<uint16_t> g(n);
-  channel_affine(format, outer, channels, inner, dy, scale, nullptr, g.data());
+  const std::vector<uint16_t> g = scaled_gradient(*this, format, outer, channels, inner, kept,
+                                                  dy, scale, bias, relu, nullptr, nullptr);
   float* wide = staging(2, n);
   batch_norm_scale_backward(outer, channels, inner, widen(format, n, kept, 0),
-                            widen(format, n, g.data(), 1), inv_std, nullptr, means, wide);
+                            widen(format, n, g.data(), 1), inv_std, nullptr, nullptr, false,
+                            means, wide);
   to_half(format, n, wide, dx);
 }
 
