@@ -189,6 +189,46 @@ TEST_P(CudaHalfNorm, BatchNormWithScaleIsBatchNormThenScaleToTheBit) {
   }
 }
 
+// The fused ReLU's mask is decided on the Scale's FP32 output against half the format's
+// smallest positive value (batch_norm_scale_kernels.cu). With scale 0 each channel's output
+// is its bias, set at and around that boundary and at 0, -0, inf and NaN: the units the
+// mask lets through are those whose stored output is > 0, and only their channels' Scale
+// gradients move.
+TEST_P(CudaHalfNorm, TheFusedReluMaskIsTheStoredOutputsSignAtTheBoundary) {
+  const Half f = format();
+  const float half_min = f == Half::kBF16 ? 0x1p-134f : 0x1p-25f;
+  const std::vector<float> bias = {half_min,
+                                   std::nextafter(half_min, 1.0f),  // rounds up: > 0
+                                   std::nextafter(half_min, 0.0f),
+                                   0.0f,
+                                   -0.0f,
+                                   std::numeric_limits<float>::infinity(),  // > 0
+                                   std::nanf(""),
+                                   -half_min};
+  const std::vector<bool> passes = {false, true, false, false, false, true, false, false};
+  const int64_t c = int64_t(bias.size()), o = 2, in = 8, n = o * c * in;
+  const Bits x = random_bits(f, n, 51, -2, 3), dy = random_bits(f, n, 52);
+  Backend* backends[2] = {cuda_.get(), &native_};
+  for (Backend* be : backends) {
+    SCOPED_TRACE(be->name());
+    Halves xs(*be, x), dys(*be, dy), kept(*be, n, uint16_t{0}), y(*be, n, uint16_t{0});
+    Floats m(*be, c, 0.0f), v(*be, c, 0.0f), sc(*be, std::vector<float>(c, 0.0f)),
+        bi(*be, bias), inv(*be, c, 0.0f), means(*be, 2 * c, 0.0f), ds(*be, c, 0.0f),
+        db(*be, c, 0.0f);
+    be->channel_moments(f, o, c, in, xs.get(), m.get(), v.get());
+    be->batch_norm_scale_forward(f, o, c, in, 1e-5f, xs.get(), m.get(), v.get(), sc.get(),
+                                 bi.get(), true, y.get(), inv.get(), kept.get());
+    be->batch_norm_scale_sums(f, o, c, in, kept.get(), dys.get(), sc.get(), bi.get(), true,
+                              means.get(), ds.get(), db.get());
+    const std::vector<float> yv = values(f, y.host()), dbias = db.host();
+    for (int64_t k = 0; k < c; ++k) {
+      SCOPED_TRACE("bias " + std::to_string(bias[k]));
+      EXPECT_EQ(yv[k * in] > 0, passes[k]);
+      EXPECT_EQ(dbias[k] != 0, passes[k]);
+    }
+  }
+}
+
 TEST_P(CudaHalfNorm, ChannelAffineInPlaceAndChannelSums) {
   const Half f = format();
   for (const ChannelShape& s : kShapes) {

@@ -122,6 +122,8 @@ class Layer {
   // product's epilogue; a BatchNorm the Scale after it) says so by returning true, and from
   // then on does it; the net no longer runs next, and calls this layer's backward_params
   // where next has learnable parameters (their gradients are then this layer's to compute).
+  // After a layer accepted one, the net offers it the layer after that too, if in place on
+  // the same top (a BatchNorm's Scale, then a ReLU); a layer refuses what it cannot add.
   // Called after both are set up; the net then calls next's absorbed().
   virtual bool absorb(const Layer& /*next*/) { return false; }
   // This layer was absorbed: it may free what only its own forward and backward used.

@@ -74,8 +74,8 @@ class Net {
   // No-op for layers that need no backward; params_done as in backward().
   void backward_layer(int i, const std::function<void(int)>& params_done = {});
   bool layer_needs_backward(int i) const { return needs_backward_[i]; }
-  // Whether layer i's work is done by the layer before it (Layer::absorb): forward_layer and
-  // backward_layer skip it.
+  // Whether layer i's work is done by a layer before it, the one that absorbed it
+  // (Layer::absorb): forward_layer and backward_layer skip it.
   bool layer_fused(int i) const { return fused_[i]; }
   // The Math layer i's products run in: its precision (LayerParameter.precision).
   Math layer_math(int i) const { return math_[i]; }
@@ -149,7 +149,7 @@ class Net {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<LayerIO> io_;
   std::vector<bool> needs_backward_;
-  std::vector<bool> fused_;  // per layer: absorbed by the layer before it
+  std::vector<bool> fused_;  // per layer: absorbed by a layer before it
   std::vector<Math> math_;   // per layer: the Math of its products (its precision)
   std::vector<DType> storage_;  // per layer: how its tops are stored
   bool uses_half_copy_ = false;  // some layer reads the weights' 16-bit copy

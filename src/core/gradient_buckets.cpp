@@ -20,8 +20,8 @@ GradientBuckets::GradientBuckets(Net& net, Communicator& comm, double bucket_byt
     buckets_.push_back({0, arena.count(), -1, int(arena.table().size())});
     return;
   }
-  // The layer whose backward computes each layer's gradients: itself, or the layer before
-  // that absorbed it (Layer::absorb).
+  // The layer whose backward computes each layer's gradients: itself, or the last one before
+  // it that is not absorbed, which absorbed it (Layer::absorb).
   std::map<std::string, int> layer_index;
   for (int i = 0, runs = 0; i < net.num_layers(); ++i) {
     if (!net.layer_fused(i)) runs = i;

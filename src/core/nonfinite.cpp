@@ -47,10 +47,12 @@ std::string Net::find_nonfinite() {
   auto layer_named = [&](int i) {
     return "layer '" + layers_[i]->name() + "' (" + layers_[i]->type() + ")";
   };
-  // The layer, and the layer it absorbed (its forward does that one's work too).
+  // The layer, and the layers it absorbed (its forward does their work too).
   auto running = [&](int i) {
-    const bool absorbs = i + 1 < num_layers() && fused_[i + 1];
-    return layer_named(i) + (absorbs ? " with the " + layer_named(i + 1) + " it absorbed" : "");
+    std::string name = layer_named(i);
+    for (int j = i + 1; j < num_layers() && fused_[j]; ++j)
+      name += (j == i + 1 ? " with the " : " and the ") + layer_named(j);
+    return name + (i + 1 < num_layers() && fused_[i + 1] ? " it absorbed" : "");
   };
   refresh_half_weights();
   for (int i = 0; i < num_layers(); ++i) {

@@ -32,6 +32,7 @@
 // from y_). The results are the layers' bit for bit; the Scale keeps its parameters (names,
 // snapshots, solver) and the absorbed layers do no work of their own.
 // In a 16-bit precision x, y, y_ and the gradients are 16-bit; the statistics stay FP32.
+#include <cmath>
 #include <memory>
 
 #include "lamina/layer.hpp"
@@ -62,8 +63,9 @@ class BatchNormLayer : public Layer {
   // backend that has the fused operations; after it, a ReLU of negative_slope 0 (which the
   // net offers only in place).
   bool absorb(const Layer& next) override {
-    if (scale_ != nullptr && !relu_ && next.type() == "ReLU" &&
-        next.param().relu_param().negative_slope() == 0) {
+    const float slope = next.param().relu_param().negative_slope();
+    if (scale_ != nullptr && !relu_ && next.type() == "ReLU" && slope == 0 &&
+        !std::signbit(slope)) {  // -0 would give -0 where the fused ReLU gives +0
       relu_ = true;
       return true;
     }

@@ -11,6 +11,7 @@
 // gradient in one pass (linear_bias_backward). In a 16-bit precision the bottom, the top and
 // their gradients are 16-bit, the products read the weight's 16-bit copy and accumulate in
 // FP32, and the parameters' gradients are FP32 (the bias and the arena stay FP32).
+#include <cmath>
 #include <memory>
 
 #include "lamina/layer.hpp"
@@ -53,7 +54,8 @@ class LinearLayer : public Layer {
   // epilogue; its derivative is applied to the top gradient here (from the output's sign,
   // which is what ReLU's own backward reads).
   bool absorb(const Layer& next) override {
-    if (next.type() != "ReLU" || next.param().relu_param().negative_slope() != 0) return false;
+    const float slope = next.param().relu_param().negative_slope();
+    if (relu_ || next.type() != "ReLU" || slope != 0 || std::signbit(slope)) return false;
     relu_ = true;
     return true;
   }
