@@ -184,10 +184,11 @@ class NativeBackend final : public Backend {
   void advance_step(const StepSchedule& schedule, StepState* state) override;
 
  private:
-  // The calling thread's staging array `slot` (0-2; half_ops.cpp), at least n floats, valid
+  // The calling thread's staging array `slot` (0-4; half_ops.cpp), at least n floats, valid
   // until that slot is used again; kept, so a training step allocates nothing once the
-  // first has run.
+  // first has run. half_staging: the same for 16-bit values (slots 0-1).
   static float* staging(int slot, int64_t n);
+  static uint16_t* half_staging(int slot, int64_t n);
   // x (n values in format, may be null) as floats in staging array `slot`.
   const float* widen(Half format, int64_t n, const uint16_t* x, int slot);
 };

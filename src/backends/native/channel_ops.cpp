@@ -152,7 +152,8 @@ void NativeBackend::batch_norm_backward(int64_t outer, int64_t channels, int64_t
 }
 
 // Batch normalisation, Scale and (with relu) ReLU as the layers' operations, one after the
-// other, in host arrays.
+// other; the ReLU's and Scale's input gradients in staging arrays 3 and 4 (slots the 16-bit
+// operations, which widen into 0-2, leave alone), so a step allocates nothing.
 void NativeBackend::batch_norm_scale_forward(int64_t outer, int64_t channels, int64_t inner,
                                              float eps, const float* x, const float* mean,
                                              const float* var, const float* scale,
@@ -165,17 +166,16 @@ void NativeBackend::batch_norm_scale_forward(int64_t outer, int64_t channels, in
 
 namespace {
 
-// The ReLU's input gradient (dy itself without relu), from the forward's output computed
-// again from kept.
-std::vector<float> relu_gradient(NativeBackend& be, int64_t outer, int64_t channels,
-                                 int64_t inner, const float* kept, const float* dy,
-                                 const float* scale, const float* bias, bool relu) {
+// The ReLU's input gradient into d (dy itself without relu, d untouched), from the
+// forward's output computed again from kept into y; returns the gradient.
+const float* relu_gradient(NativeBackend& be, int64_t outer, int64_t channels, int64_t inner,
+                           const float* kept, const float* dy, const float* scale,
+                           const float* bias, bool relu, float* d, float* y) {
+  if (!relu) return dy;
   const int64_t n = outer * channels * inner;
-  if (!relu) return std::vector<float>(dy, dy + n);
-  std::vector<float> y(n), d(n);
-  be.channel_affine(outer, channels, inner, kept, scale, bias, y.data());
-  be.activation_forward(Activation::kReLU, n, 0.0f, y.data(), y.data());
-  be.activation_backward(Activation::kReLU, n, 0.0f, y.data(), dy, d.data());
+  be.channel_affine(outer, channels, inner, kept, scale, bias, y);
+  be.activation_forward(Activation::kReLU, n, 0.0f, y, y);
+  be.activation_backward(Activation::kReLU, n, 0.0f, y, dy, d);
   return d;
 }
 
@@ -186,11 +186,13 @@ void NativeBackend::batch_norm_scale_sums(int64_t outer, int64_t channels, int64
                                           const float* scale, const float* bias, bool relu,
                                           float* means, float* dscale, float* dbias) {
   if (outer * inner == 0) return;
-  std::vector<float> d =
-      relu_gradient(*this, outer, channels, inner, kept, dy, scale, bias, relu);
-  if (dscale != nullptr) scale_gradients(outer, channels, inner, d.data(), kept, dscale, dbias);
-  channel_affine(outer, channels, inner, d.data(), scale, nullptr, d.data());
-  backward_means(outer, channels, inner, kept, d.data(), means);
+  const int64_t n = outer * channels * inner;
+  float* g = staging(3, n);
+  const float* d =
+      relu_gradient(*this, outer, channels, inner, kept, dy, scale, bias, relu, g, staging(4, n));
+  if (dscale != nullptr) scale_gradients(outer, channels, inner, d, kept, dscale, dbias);
+  channel_affine(outer, channels, inner, d, scale, nullptr, g);
+  backward_means(outer, channels, inner, kept, g, means);
 }
 
 void NativeBackend::batch_norm_scale_backward(int64_t outer, int64_t channels, int64_t inner,
@@ -198,10 +200,12 @@ void NativeBackend::batch_norm_scale_backward(int64_t outer, int64_t channels, i
                                               const float* inv_std, const float* scale,
                                               const float* bias, bool relu, const float* means,
                                               float* dx) {
-  std::vector<float> d =
-      relu_gradient(*this, outer, channels, inner, kept, dy, scale, bias, relu);
-  channel_affine(outer, channels, inner, d.data(), scale, nullptr, d.data());
-  backward_from_means(outer, channels, inner, kept, d.data(), inv_std, means, dx);
+  const int64_t n = outer * channels * inner;
+  float* g = staging(3, n);
+  const float* d =
+      relu_gradient(*this, outer, channels, inner, kept, dy, scale, bias, relu, g, staging(4, n));
+  channel_affine(outer, channels, inner, d, scale, nullptr, g);
+  backward_from_means(outer, channels, inner, kept, g, inv_std, means, dx);
 }
 
 // x, y (outer, channels, inner); scale, bias (channels) or null. Works in place.

@@ -4,7 +4,6 @@
 // operation (channel_ops.cpp) and rounds each 16-bit result once; statistics, inv_std and
 // sums stay FP32, as on the CUDA backend.
 #include <algorithm>
-#include <vector>
 
 #include "lamina/native_backend.hpp"
 
@@ -79,25 +78,24 @@ void NativeBackend::batch_norm_scale_forward(Half format, int64_t outer, int64_t
 
 namespace {
 
-// g = the Scale's input gradient in `format`, from the ReLU's input gradient d (dy without
-// relu; with relu from the forward's output computed again from kept); where dscale is not
-// null, the Scale's gradients from d.
-std::vector<uint16_t> scaled_gradient(NativeBackend& be, Half format, int64_t outer,
-                                      int64_t channels, int64_t inner, const uint16_t* kept,
-                                      const uint16_t* dy, const float* scale, const float* bias,
-                                      bool relu, float* dscale, float* dbias) {
+// g (n values in `format`) = the Scale's input gradient, from the ReLU's input gradient d (dy
+// without relu; with relu from the forward's output computed again from kept into y); where
+// dscale is not null, the Scale's gradients from d.
+void scaled_gradient(NativeBackend& be, Half format, int64_t outer, int64_t channels,
+                     int64_t inner, const uint16_t* kept, const uint16_t* dy,
+                     const float* scale, const float* bias, bool relu, float* dscale,
+                     float* dbias, uint16_t* g, uint16_t* y) {
   const int64_t n = outer * channels * inner;
-  std::vector<uint16_t> d(dy, dy + n);
+  const uint16_t* d = dy;
   if (relu) {
-    std::vector<uint16_t> y(n);
-    be.channel_affine(format, outer, channels, inner, kept, scale, bias, y.data());
-    be.activation_forward(format, Activation::kReLU, n, 0.0f, y.data(), y.data());
-    be.activation_backward(format, Activation::kReLU, n, 0.0f, y.data(), dy, d.data());
+    be.channel_affine(format, outer, channels, inner, kept, scale, bias, y);
+    be.activation_forward(format, Activation::kReLU, n, 0.0f, y, y);
+    be.activation_backward(format, Activation::kReLU, n, 0.0f, y, dy, g);
+    d = g;
   }
   if (dscale != nullptr)
-    be.scale_gradients(format, outer, channels, inner, d.data(), kept, dscale, dbias);
-  be.channel_affine(format, outer, channels, inner, d.data(), scale, nullptr, d.data());
-  return d;
+    be.scale_gradients(format, outer, channels, inner, d, kept, dscale, dbias);
+  be.channel_affine(format, outer, channels, inner, d, scale, nullptr, g);
 }
 
 }  // namespace
@@ -108,11 +106,11 @@ void NativeBackend::batch_norm_scale_sums(Half format, int64_t outer, int64_t ch
                                           const float* bias, bool relu, float* means,
                                           float* dscale, float* dbias) {
   const int64_t n = outer * channels * inner;
-  const std::vector<uint16_t> g = scaled_gradient(*this, format, outer, channels, inner, kept,
-                                                  dy, scale, bias, relu, dscale, dbias);
-  batch_norm_scale_sums(outer, channels, inner, widen(format, n, kept, 0),
-                        widen(format, n, g.data(), 1), nullptr, nullptr, false, means, nullptr,
-                        nullptr);
+  uint16_t* g = half_staging(0, n);
+  scaled_gradient(*this, format, outer, channels, inner, kept, dy, scale, bias, relu, dscale,
+                  dbias, g, half_staging(1, n));
+  batch_norm_scale_sums(outer, channels, inner, widen(format, n, kept, 0), widen(format, n, g, 1),
+                        nullptr, nullptr, false, means, nullptr, nullptr);
 }
 
 void NativeBackend::batch_norm_scale_backward(Half format, int64_t outer, int64_t channels,
@@ -121,12 +119,13 @@ void NativeBackend::batch_norm_scale_backward(Half format, int64_t outer, int64_
                                               const float* scale, const float* bias, bool relu,
                                               const float* means, uint16_t* dx) {
   const int64_t n = outer * channels * inner;
-  const std::vector<uint16_t> g = scaled_gradient(*this, format, outer, channels, inner, kept,
-                                                  dy, scale, bias, relu, nullptr, nullptr);
+  uint16_t* g = half_staging(0, n);
+  scaled_gradient(*this, format, outer, channels, inner, kept, dy, scale, bias, relu, nullptr,
+                  nullptr, g, half_staging(1, n));
   float* wide = staging(2, n);
   batch_norm_scale_backward(outer, channels, inner, widen(format, n, kept, 0),
-                            widen(format, n, g.data(), 1), inv_std, nullptr, nullptr, false,
-                            means, wide);
+                            widen(format, n, g, 1), inv_std, nullptr, nullptr, false, means,
+                            wide);
   to_half(format, n, wide, dx);
 }
 

@@ -9,11 +9,22 @@
 
 namespace lamina {
 
-float* NativeBackend::staging(int slot, int64_t n) {
-  thread_local std::vector<float> arrays[3];
-  std::vector<float>& a = arrays[slot];
+namespace {
+
+template <class T, int kSlots>
+T* staging_array(int slot, int64_t n) {
+  thread_local std::vector<T> arrays[kSlots];
+  std::vector<T>& a = arrays[slot];
   if (a.size() < size_t(n)) a.resize(size_t(n));
   return a.data();
+}
+
+}  // namespace
+
+float* NativeBackend::staging(int slot, int64_t n) { return staging_array<float, 5>(slot, n); }
+
+uint16_t* NativeBackend::half_staging(int slot, int64_t n) {
+  return staging_array<uint16_t, 2>(slot, n);
 }
 
 bool NativeBackend::supports_half(Half) const { return true; }
