@@ -4,7 +4,8 @@
 //   CoreForwardingBackend  forwards only what every backend must implement (memory, BLAS, the
 //                          MLP operations, the update): what a new backend starts as, with
 //                          every optional operation left to Backend's defaults;
-//   ForwardingBackend      forwards every operation, optional ones and supports() included;
+//   ForwardingBackend      forwards every operation, optional ones and supports() included
+//                          (the Caffe catalogue's through forwarding_catalogue.hpp);
 //   CountingBackend        a ForwardingBackend that counts host/backend transfers.
 #pragma once
 
@@ -137,9 +138,15 @@ class CoreForwardingBackend : public Backend {
   Backend& inner_;
 };
 
-class ForwardingBackend : public CoreForwardingBackend {
+}  // namespace lamina::testing
+
+#include "forwarding_catalogue.hpp"  // NOLINT(build/include_order): needs the class above
+
+namespace lamina::testing {
+
+class ForwardingBackend : public CatalogueForwardingBackend {
  public:
-  using CoreForwardingBackend::CoreForwardingBackend;
+  using CatalogueForwardingBackend::CatalogueForwardingBackend;
   using CoreForwardingBackend::activation_backward;
   using CoreForwardingBackend::activation_forward;
   using CoreForwardingBackend::axpby;

@@ -352,7 +352,7 @@ const std::string kStableProd = std::string(kInput) + R"(
           eltwise_param { operation: PROD stable_prod_grad: false } })";
 const std::string kConvAxis = std::string(kInput) + R"(
   layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
-          convolution_param { num_output: 4 kernel_size: 3 axis: 1 } })";
+          convolution_param { num_output: 4 kernel_size: 3 axis: 2 } })";
 const std::string kWrongParamMessage = std::string(kInput) + R"(
   layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
           convolution_param { num_output: 4 kernel_size: 3 }
@@ -368,8 +368,6 @@ constexpr const char* kDataType = R"(
 INSTANTIATE_TEST_SUITE_P(
     Fields, CaffeUnsupported,
     ::testing::Values(
-        Unsupported{"convolution_param engine", kConvEngine.c_str(), "engine"},
-        Unsupported{"pooling_param engine", kPoolEngine.c_str(), "engine"},
         Unsupported{"stochastic pooling", kStochastic.c_str(), "STOCHASTIC"},
         Unsupported{"inner_product_param transpose", kTranspose.c_str(), "transpose"},
         Unsupported{"eltwise_param stable_prod_grad", kStableProd.c_str(), "stable_prod_grad"},
@@ -385,11 +383,13 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
-TEST(CaffeUnsupportedField, StochasticPoolingErrorAlsoNamesTheField) {
-  const std::string message =
-      error_of([] { parse_net_parameter(kStochastic, "caffe.prototxt"); });
-  EXPECT_THAT(message, AllOf(HasSubstr("pool"), HasSubstr("STOCHASTIC"),
-                             HasSubstr("caffe.prototxt:")));
+// Caffe's engine fields choose among its implementations; Lamina has one per backend and
+// accepts them.
+TEST(CaffeEngine, IsAcceptedOnConvolutionAndPooling) {
+  for (const std::string* text : {&kConvEngine, &kPoolEngine}) {
+    Net net(parse_net_parameter(*text, "caffe.prototxt"), TRAIN, native(), 1);
+    EXPECT_EQ(net.num_layers(), 2) << *text;
+  }
 }
 
 TEST(CaffeUnsupportedField, DataLayerTypeErrorListsMnistData) {

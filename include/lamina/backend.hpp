@@ -50,6 +50,9 @@ struct LossOptions {
   bool has_ignore_label = false;
   int ignore_label = 0;
   Normalization normalization = Normalization::kValid;
+  // kBatchSize divides by this many; 0: by the rows. (A loss over an axis with positions
+  // after it has rows = batch x positions, and Caffe divides by the batch.)
+  int64_t batch = 0;
 };
 
 // One learnable parameter inside the flat parameter arena, with its solver multipliers.
@@ -127,6 +130,46 @@ struct PoolGeometry {
   int64_t out_h, out_w;
 };
 
+// An element-wise function of the Caffe layers of that name (kPointwise), with its constants
+// a, b, c (the layer computes them from its parameters):
+//   kAbsVal     y = |x|
+//   kBNLL       y = log(1 + exp(x)), as x + log(1 + exp(-x)) for x > 0
+//   kPower      y = (c + b x)^a                      (a = power, b = scale, c = shift)
+//   kExp        y = b exp(a x)                       (a = ln(base) scale, b = base^shift)
+//   kLog        y = c ln(b + a x)                    (a = scale, b = shift, c = 1 / ln(base))
+//   kThreshold  y = x > a ? 1 : 0                    (gradient 0)
+//   kClip       y = min(max(x, a), b)                (gradient where a <= x <= b)
+//   kSwish      y = x sigmoid(a x)
+//   kELU        y = x > 0 ? x : a (exp(x) - 1)
+enum class PointwiseFn { kAbsVal, kBNLL, kPower, kExp, kLog, kThreshold, kClip, kSwish, kELU };
+struct Pointwise {
+  PointwiseFn fn;
+  float a = 0, b = 0, c = 0;
+};
+
+// A box of up to kMaxBlockAxes axes copied between two strided arrays (kTensorOps): for every
+// index i (i_0 .. i_{axes-1}, i_d < shape[d]), dst[sum i_d dst_stride[d]] = (or +=)
+// src[sum i_d src_stride[d]]; strides in elements, a stride of 0 repeats. No two indices
+// may name the same dst element.
+constexpr int kMaxBlockAxes = 6;
+struct BlockCopy {
+  int axes = 0;
+  int64_t shape[kMaxBlockAxes] = {};
+  int64_t src_stride[kMaxBlockAxes] = {};
+  int64_t dst_stride[kMaxBlockAxes] = {};
+};
+
+// What reduce_middle sums: the values, their absolute values, or their squares.
+enum class ReduceOp { kSum, kAbsSum, kSumSquares };
+
+// Local response normalisation across channels (Caffe's ACROSS_CHANNELS): over x (n, c,
+// inner), scale = k + alpha / size * (the sum of x^2 over the `size` channels centred on
+// each: c - (size - 1) / 2 .. c + size / 2, clipped), y = x scale^-beta.
+struct LrnArgs {
+  int64_t size = 5;
+  float alpha = 1, beta = 0.75f, k = 1;
+};
+
 // The optional groups of operations (the convolutional section below); a layer lists those it
 // needs (Layer::operations()) and the net asks supports() when it is built.
 enum class Operation {
@@ -137,6 +180,11 @@ enum class Operation {
   kRowCopy,
   kEltwiseMax,
   kBatchNormScale,  // BatchNorm with the Scale it absorbed; without it, the two layers run
+  kPointwise,       // pointwise_*, prelu_*
+  kTensorOps,       // transpose, copy_block, reduce_middle*, argmax, gather/scatter rows
+  kLrn,             // lrn_*
+  kIm2col,          // im2col, col2im
+  kCaffeLosses,     // the losses of the Caffe catalogue section
 };
 
 inline const char* operation_name(Operation op) {
@@ -148,6 +196,11 @@ inline const char* operation_name(Operation op) {
     case Operation::kRowCopy: return "strided row copies";
     case Operation::kEltwiseMax: return "element-wise max";
     case Operation::kBatchNormScale: return "batch normalisation with scale";
+    case Operation::kPointwise: return "pointwise functions";
+    case Operation::kTensorOps: return "tensor copies and reductions";
+    case Operation::kLrn: return "local response normalisation";
+    case Operation::kIm2col: return "im2col";
+    case Operation::kCaffeLosses: return "Caffe's losses";
   }
   return "unknown";
 }
@@ -504,6 +557,114 @@ class Backend {
                                    uint16_t* y, int32_t* mask);
   virtual void eltwise_max_backward(Half format, int64_t n, int index, const uint16_t* dy,
                                     const int32_t* mask, uint16_t* dx);
+
+  // ---- the Caffe layer catalogue: optional groups (docs/prototxt.md) ----
+  // kPointwise. y = f(x) (Pointwise above), in place allowed.
+  virtual void pointwise_forward(const Pointwise& f, int64_t n, const float* x, float* y);
+  // dx = dy * f'(x); y = f(x) (some functions read it); dx may be dy.
+  virtual void pointwise_backward(const Pointwise& f, int64_t n, const float* x,
+                                  const float* y, const float* dy, float* dx);
+  // PReLU over x (outer, channels, inner): y = x > 0 ? x : slope[c] x. In place allowed.
+  virtual void prelu_forward(int64_t outer, int64_t channels, int64_t inner, const float* x,
+                             const float* slope, float* y);
+  // dx = dy * (x > 0 ? 1 : slope[c]) (dx may be dy); where dslope is not null, dslope[c] +=
+  // the sum of dy x over x <= 0 (in a fixed order). Read x before writing dx.
+  virtual void prelu_backward(int64_t outer, int64_t channels, int64_t inner, const float* x,
+                              const float* dy, const float* slope, float* dx, float* dslope);
+
+  // kTensorOps. y (outer, cols, rows) = each x (outer, rows, cols) transposed.
+  virtual void transpose(int64_t outer, int64_t rows, int64_t cols, const float* x, float* y);
+  // The box copy above; accumulate: dst += src.
+  virtual void copy_block(const BlockCopy& box, const float* src, float* dst, bool accumulate);
+  // y[o, i] = coeff * the sum over m of op(x[o, m, i]) for x (outer, mid, inner), summed in
+  // double in order of m and rounded once.
+  virtual void reduce_middle(ReduceOp op, int64_t outer, int64_t mid, int64_t inner,
+                             float coeff, const float* x, float* y);
+  // dx[o, m, i] = coeff * dy[o, i] * op'(x[o, m, i]) (1, sign(x) with sign(0) = 0, or 2 x);
+  // kSum does not read x (may be null).
+  virtual void reduce_middle_backward(ReduceOp op, int64_t outer, int64_t mid, int64_t inner,
+                                      float coeff, const float* x, const float* dy, float* dx);
+  // The top_k largest of x along the middle axis of (outer, channels, inner), largest first
+  // (equal values: the larger index first, as Caffe sorts): index[o, j, i] (as a float) and
+  // value[o, j, i] for j < top_k; either output may be null.
+  virtual void argmax(int64_t outer, int64_t channels, int64_t inner, int64_t top_k,
+                      const float* x, float* index, float* value);
+  // dst row r (cols values) = src row index[r], for r < rows; index holds row numbers as
+  // floats (the integer part counts) in [0, src_rows). A number outside is never used as an
+  // index: Native throws an Error naming it, CUDA writes NaN to the row.
+  virtual void gather_rows(int64_t rows, int64_t cols, const float* index, int64_t src_rows,
+                           const float* src, float* dst);
+  // dst row index[r] += src row r for every r, in order of r (a fixed order on every
+  // backend); rows whose index is outside [0, dst_rows) are skipped (Native throws).
+  virtual void scatter_add_rows(int64_t rows, int64_t cols, const float* index,
+                                int64_t dst_rows, const float* src, float* dst);
+
+  // kLrn. x, y, scale (n, c, inner): scale and y as LrnArgs says.
+  virtual void lrn_forward(int64_t n, int64_t c, int64_t inner, const LrnArgs& args,
+                           const float* x, float* scale, float* y);
+  // dx = dy scale^-beta - 2 alpha beta / size * x * (the window sum over channels of
+  // dy y / scale), with the forward's y and scale.
+  virtual void lrn_backward(int64_t n, int64_t c, int64_t inner, const LrnArgs& args,
+                            const float* x, const float* y, const float* scale,
+                            const float* dy, float* dx);
+
+  // kIm2col. col (n, c kh kw, out_h, out_w) = each image's patches in Caffe's im2col order
+  // (channel, kernel row, kernel column), zeros where the window covers padding; groups
+  // ignored.
+  virtual void im2col(const ConvGeometry& g, const float* x, float* col);
+  // dx (written with =) = the sum of every col entry at the input position it was read from.
+  virtual void col2im(const ConvGeometry& g, const float* col, float* dx);
+
+  // kCaffeLosses. Every loss writes loss[0] (and norm[0] where it has one) in backend memory,
+  // summed in a fixed order; every backward scales by dloss[0] (the loss's top diff).
+  // Sigmoid cross-entropy of scores x and targets t (n values, `options.batch` rows): loss =
+  // -sum [t ln(sigmoid(x)) + (1 - t) ln(1 - sigmoid(x))] / norm, computed stably, skipping
+  // targets equal to the ignore label.
+  virtual void sigmoid_cross_entropy_forward(int64_t n, const float* x, const float* target,
+                                             const LossOptions& options, float* loss,
+                                             float* norm);
+  // dx = (sigmoid(x) - t) * dloss / norm; 0 where ignored.
+  virtual void sigmoid_cross_entropy_backward(int64_t n, const float* x, const float* target,
+                                              const LossOptions& options, const float* norm,
+                                              const float* dloss, float* dx);
+  // Hinge loss of scores x (rows, cols) with labels: margin[r, j] = max(0, 1 + d x[r, j]),
+  // d = -1 at the label's column and +1 elsewhere; loss = sum of margin^p / rows, p = 1 or 2.
+  virtual void hinge_loss_forward(int64_t rows, int64_t cols, int p, const float* x,
+                                  const float* labels, float* margin, float* loss);
+  // dx = d * (p == 1 ? sign(margin) : 2 margin) * dloss / rows.
+  virtual void hinge_loss_backward(int64_t rows, int64_t cols, int p, const float* margin,
+                                   const float* labels, const float* dloss, float* dx);
+  // Contrastive loss of pairs a, b (rows, cols) with similar[r] (nonzero: similar): diff =
+  // a - b, dist_sq[r] = |diff_r|^2; loss = sum over rows of (similar ? dist_sq : legacy ?
+  // max(margin - dist_sq, 0) : max(margin - sqrt(dist_sq), 0)^2) / (2 rows).
+  virtual void contrastive_loss_forward(int64_t rows, int64_t cols, float margin, bool legacy,
+                                        const float* a, const float* b, const float* similar,
+                                        float* diff, float* dist_sq, float* loss);
+  // The gradient for a (sign +1) or b (sign -1), Caffe's (dissimilar, not legacy: divided by
+  // sqrt(dist_sq) + 1e-4).
+  virtual void contrastive_loss_backward(int64_t rows, int64_t cols, float margin, bool legacy,
+                                         float sign, const float* diff, const float* dist_sq,
+                                         const float* similar, const float* dloss, float* dx);
+  // Multinomial logistic loss of probabilities prob (rows, cols): loss = -sum over rows of
+  // ln(max(prob[r, label], 1e-20)) / rows.
+  virtual void multinomial_logistic_loss_forward(int64_t rows, int64_t cols, const float* prob,
+                                                 const float* labels, float* loss);
+  // dx[r, label] = -dloss / rows / max(prob[r, label], 1e-20), 0 elsewhere.
+  virtual void multinomial_logistic_loss_backward(int64_t rows, int64_t cols,
+                                                  const float* prob, const float* labels,
+                                                  const float* dloss, float* dx);
+  // Infogain loss of probabilities prob (rows, cols) with H (cols, cols): loss = -sum over
+  // non-ignored rows of sum_j H[label, j] ln(max(prob[r, j], 1e-20)) / norm.
+  virtual void infogain_loss_forward(int64_t rows, int64_t cols, const float* prob,
+                                     const float* labels, const float* infogain,
+                                     const LossOptions& options, float* loss, float* norm);
+  // The gradient w.r.t. the scores whose softmax prob is: dx[r, j] = (prob[r, j] * sum_k
+  // H[label, k] - H[label, j]) * dloss / norm; 0 on ignored rows.
+  virtual void infogain_loss_backward(int64_t rows, int64_t cols, const float* prob,
+                                      const float* labels, const float* infogain,
+                                      const LossOptions& options, const float* norm,
+                                      const float* dloss, float* dx);
+
   // Whether this backend implements a group of optional operations (default: none).
   virtual bool supports(Operation) const { return false; }
 

@@ -176,6 +176,19 @@ class NativeBackend final : public Backend {
                            int32_t* mask) override;
   void eltwise_max_backward(int64_t n, int index, const float* dy, const int32_t* mask,
                             float* dx) override;
+  // ---- the Caffe catalogue (backend.hpp) ----
+  // pointwise and PReLU (pointwise_ops)
+
+  // --
+  // tensor copies and reductions (tensor_ops)
+
+  // --
+  // LRN and im2col (lrn_ops, im2col_ops)
+
+  // --
+  // Caffe's losses (caffe_loss_ops)
+
+  // --
   bool supports(Operation) const override { return true; }  // every optional operation
   bool supports_math(Math) const override { return true; }  // TF32 by rounding (products.hpp)
 

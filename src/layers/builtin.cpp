@@ -25,6 +25,15 @@ void register_scale_layer();           // Scale
 void register_bias_layer();            // Bias
 void register_concat_layer();          // Concat
 void register_eltwise_layer();         // Eltwise
+// The Caffe catalogue.
+// (pointwise layers)
+// --
+// (Caffe's losses)
+// --
+// (LRN, Deconvolution, Im2col, SPP)
+// --
+// (shape layers)
+// --
 
 void register_builtin_layers() {
   register_linear_layer();
@@ -48,6 +57,14 @@ void register_builtin_layers() {
   register_bias_layer();
   register_concat_layer();
   register_eltwise_layer();
+  // (pointwise layers)
+  // --
+  // (Caffe's losses)
+  // --
+  // (LRN, Deconvolution, Im2col, SPP)
+  // --
+  // (shape layers)
+  // --
 }
 
 }  // namespace lamina

@@ -30,6 +30,8 @@ class ConvolutionLayer : public Layer {
     const ConvolutionParameter& p = param_.convolution_param();
     const Tensor& x = *bottom[0];
     require_nchw(where(), x);
+    LAMINA_REQUIRE(p.axis() == 1 || p.axis() == -3, where(), "convolution_param.axis must be 1 "
+                   "(the channels of an NCHW blob), got ", p.axis());
     LAMINA_REQUIRE(p.has_num_output() && p.num_output() > 0, where(),
                    "convolution_param.num_output must be set to a positive number of outputs");
     const auto list = [](const google::protobuf::RepeatedField<uint32_t>& r) {

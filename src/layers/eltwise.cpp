@@ -51,6 +51,8 @@ class EltwiseLayer : public Layer {
     LAMINA_REQUIRE(p.coeff_size() == 0 || p.coeff_size() == int(bottom.size()), where(),
                    "eltwise_param.coeff takes one value per bottom: ", bottom.size(),
                    " bottoms, ", p.coeff_size(), " coeff values");
+    LAMINA_REQUIRE(p.stable_prod_grad(), where(), "eltwise_param.stable_prod_grad: false is "
+                   "not supported yet; remove it");
     coeff_.assign(bottom.size(), 1.0f);
     for (int i = 0; i < p.coeff_size(); ++i) coeff_[i] = p.coeff(i);
     top[0]->reshape(first.shape());

@@ -30,6 +30,8 @@ class LinearLayer : public Layer {
     const InnerProductParameter& p = param_.inner_product_param();
     LAMINA_REQUIRE(p.has_num_output() && p.num_output() > 0, where(),
                    "inner_product_param.num_output must be set to a positive number of outputs");
+    LAMINA_REQUIRE(!p.transpose(), where(), "inner_product_param.transpose (a weight stored "
+                   "(k, num_output)) is not supported yet; remove it");
     const Tensor& x = *bottom[0];
     const int axes = x.num_axes();
     LAMINA_REQUIRE(p.axis() >= -axes && p.axis() < axes, where(), "axis ", p.axis(),

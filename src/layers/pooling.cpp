@@ -29,6 +29,8 @@ class PoolingLayer : public Layer {
     const PoolingParameter& p = param_.pooling_param();
     const Tensor& x = *bottom[0];
     require_nchw(where(), x);
+    LAMINA_REQUIRE(p.pool() != PoolingParameter::STOCHASTIC, where(), "pooling_param.pool: "
+                   "STOCHASTIC is not supported yet; use MAX or AVE");
     method_ = p.pool() == PoolingParameter::MAX ? PoolMethod::kMax : PoolMethod::kAverage;
     const auto one = [](bool has, uint32_t v) {
       return has ? std::vector<int64_t>{v} : std::vector<int64_t>{};

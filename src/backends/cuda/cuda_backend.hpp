@@ -226,6 +226,19 @@ class CudaBackend final : public Backend {
                            int32_t* mask) override;
   void eltwise_max_backward(Half format, int64_t n, int index, const uint16_t* dy,
                             const int32_t* mask, uint16_t* dx) override;
+  // ---- the Caffe catalogue (backend.hpp) ----
+  // pointwise and PReLU (pointwise_ops)
+
+  // --
+  // tensor copies and reductions (tensor_ops)
+
+  // --
+  // LRN and im2col (lrn_ops, im2col_ops)
+
+  // --
+  // Caffe's losses (caffe_loss_ops)
+
+  // --
   // Every optional operation: convolution runs through cuDNN, or im2col + cuBLAS without it.
   bool supports(Operation) const override { return true; }
   bool supports_math(Math math) const override;  // TF32 from compute capability 8.0
