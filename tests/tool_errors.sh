@@ -65,7 +65,9 @@ layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc"
         inner_product_param { num_output: 3 } }
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" }
 NET
-expect_success "lamina time: an absorbed layer" "^scale  *Scale  *(runs in bn)$" \
+expect_success "lamina time: an absorbed layer" "^scale  *Scale  *(runs in bn)  *data (4, 3, 2, 2)$" \
+  "$lamina" time --model "$tmp/bn_scale_net.prototxt" --iterations 1
+expect_success "lamina time: each layer's tops and shapes" "^fc  *InnerProduct  *[0-9.]*  *[0-9.]*  fc (4, 3)$" \
   "$lamina" time --model "$tmp/bn_scale_net.prototxt" --iterations 1
 
 # Snapshots and weights: missing, foreign, truncated files; flags that do not fit.

@@ -349,6 +349,15 @@ int test(const std::string& model_path, const std::string& weights_path, int ite
   return 0;
 }
 
+// "  name (N, C, H, W)" for each of layer i's tops: what a user checking a converted model
+// compares with the shapes Caffe printed.
+std::string top_shapes(lamina::Net& net, int i) {
+  std::string out;
+  for (const lamina::Tensor* t : net.layer_tops(i))
+    out += "  " + t->name() + " " + t->shape_string();
+  return out;
+}
+
 // Per-layer forward and backward time (synchronizing around each layer) and the
 // whole-iteration time (no synchronization inside the iteration). A layer that another
 // absorbed (Layer::absorb) is listed with the layer that runs it instead of times.
@@ -389,20 +398,20 @@ int time_net(const std::string& model_path, int iterations, const std::string& g
   std::cout << "Timing " << net.name() << " on " << backend->name() << ", " << iterations
             << " iterations (ms per iteration)\n";
   std::cout << std::left << std::setw(28) << "layer" << std::setw(18) << "type" << std::right
-            << std::setw(12) << "forward" << std::setw(12) << "backward" << "\n";
+            << std::setw(12) << "forward" << std::setw(12) << "backward" << "  tops\n";
   double total_forward = 0, total_backward = 0;
   std::string runs;  // the layer that does a fused layer's work
   for (int i = 0; i < n; ++i) {
     lamina::Layer& layer = net.layer(i);
     std::cout << std::left << std::setw(28) << layer.name() << std::setw(18) << layer.type();
     if (net.layer_fused(i)) {
-      std::cout << "  (runs in " << runs << ")\n";
+      std::cout << std::setw(24) << "  (runs in " + runs + ")" << top_shapes(net, i) << "\n";
       continue;
     }
     runs = layer.name();
     std::cout << std::right << std::fixed << std::setprecision(4) << std::setw(12)
               << forward_ms[i] / iterations << std::setw(12) << backward_ms[i] / iterations
-              << "\n";
+              << top_shapes(net, i) << "\n";
     total_forward += forward_ms[i] / iterations;
     total_backward += backward_ms[i] / iterations;
   }
