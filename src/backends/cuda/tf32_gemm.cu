@@ -37,7 +37,7 @@ __global__ void transpose_kernel(int64_t rows, int64_t cols, const float* in, fl
   }
 }
 
-void transpose(cudaStream_t s, int64_t rows, int64_t cols, const float* in, float* out) {
+void transpose_matrix(cudaStream_t s, int64_t rows, int64_t cols, const float* in, float* out) {
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
                   static_cast<unsigned>((rows + kTile - 1) / kTile));
   transpose_kernel<<<grid, dim3(kTile, kTileRows), 0, s>>>(rows, cols, in, out);
@@ -66,8 +66,8 @@ void CudaBackend::tf32_gemm(Transpose trans_a, Transpose trans_b, int64_t m, int
       !context_.in_workspace(a) && !context_.in_workspace(b) && !context_.in_workspace(c)) {
     float* a_t = static_cast<float*>(context_.workspace(sizeof(float) * (b_offset(m, k) + n * k)));
     float* b_t = a_t + b_offset(m, k);
-    transpose(s, k, m, a, a_t);  // (m, k)
-    transpose(s, k, n, b, b_t);  // (n, k)
+    transpose_matrix(s, k, m, a, a_t);  // (m, k)
+    transpose_matrix(s, k, n, b, b_t);  // (n, k)
     return tf32_gemm(Transpose::kNo, Transpose::kYes, m, n, k, alpha, a_t, b_t, beta, c);
   }
   lt_gemm(CUDA_R_32F, Math::kTF32, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
