@@ -23,6 +23,7 @@
 #include "lamina/common.hpp"
 #include "lamina/cuda.hpp"
 #include "lamina/native_backend.hpp"
+#include "lamina/solver_config.hpp"
 #include "lamina/tensor.hpp"
 #include "forwarding_backend.hpp"
 #include "test_util.hpp"
@@ -45,18 +46,6 @@ std::vector<float> labels_for(int64_t rows, int64_t cols, uint64_t seed, bool wi
     if (with_ignored && r % 3 == 1) labels[r] = static_cast<float>(ignore_label);
   }
   return labels;
-}
-
-const char* rule_name(UpdateRule rule) {
-  switch (rule) {
-    case UpdateRule::kSGD: return "SGD";
-    case UpdateRule::kNesterov: return "Nesterov";
-    case UpdateRule::kAdam: return "Adam";
-    case UpdateRule::kAdamW: return "AdamW";
-    case UpdateRule::kRMSProp: return "RMSProp";
-    case UpdateRule::kAdaGrad: return "AdaGrad";
-  }
-  return "?";
 }
 
 // Segments and their block table in a backend's memory, as Backend::update reads them.
@@ -546,14 +535,15 @@ TEST_F(CudaBackendTest, UpdateEveryRule) {
   const std::vector<ParamSegment> segments = {{0, 37, 1.0f, 1.0f}, {64, 50, 2.0f, 0.5f}};
   std::vector<float> w0 = random_values(n, 90);
   w0[5] = 0.0f;  // sign(0) = 0 under L1
-  const UpdateRule rules[] = {UpdateRule::kSGD,   UpdateRule::kNesterov,
-                              UpdateRule::kAdam,  UpdateRule::kAdamW,
-                              UpdateRule::kRMSProp, UpdateRule::kAdaGrad};
+  const UpdateRule rules[] = {UpdateRule::kSGD,     UpdateRule::kNesterov,
+                              UpdateRule::kAdam,    UpdateRule::kAdamW,
+                              UpdateRule::kRMSProp, UpdateRule::kAdaGrad,
+                              UpdateRule::kAdaDelta};
   // Arrays one float past an aligned address take the kernels' one-float path.
   for (int64_t offset : {0, 1}) {
     for (UpdateRule rule : rules) {
       for (Regularization reg : {Regularization::kL2, Regularization::kL1}) {
-        SCOPED_TRACE(::testing::Message() << rule_name(rule) << " "
+        SCOPED_TRACE(::testing::Message() << solver_type_name(rule) << " "
                                           << (reg == Regularization::kL1 ? "L1" : "L2")
                                           << " offset " << offset);
         std::vector<float> cuda_weights;
@@ -566,11 +556,13 @@ TEST_F(CudaBackendTest, UpdateEveryRule) {
           args.rule = rule;
           args.momentum = 0.9f;
           args.momentum2 = rule == UpdateRule::kRMSProp ? 0.98f : 0.999f;
-          args.delta = 1e-8f;
+          // AdaDelta as Caffe's examples run it (delta 1e-6, rate 1), so that it moves.
+          const bool adadelta = rule == UpdateRule::kAdaDelta;
+          args.delta = adadelta ? 1e-6f : 1e-8f;
           args.weight_decay = 5e-3f;
           args.regularization = reg;
           TestStep t;
-          t.lr = 0.01f;
+          t.lr = adadelta ? 1.0f : 0.01f;
           t.grad_scale = 0.5f;
           DeviceStep state(be);
           for (int step = 1; step <= 3; ++step) {
@@ -652,7 +644,8 @@ TEST_F(CudaBackendTest, UpdateOfManySegments) {
   for (UpdateRule rule : {UpdateRule::kSGD, UpdateRule::kAdam}) {
     std::vector<float> one_pass;  // CUDA's weights after whole-arena updates
     for (const std::vector<int64_t>& cuts : {whole, parts}) {
-      SCOPED_TRACE(std::string(rule_name(rule)) + ", parts " + std::to_string(cuts.size() - 1));
+      SCOPED_TRACE(std::string(solver_type_name(rule)) + ", parts " +
+                   std::to_string(cuts.size() - 1));
       std::vector<float> cuda_weights;
       expect_same([&](Backend& be) -> Outputs {
         Floats w(be, w0), g(be, random_values(n, 93)), h(be, n), h2(be, n);

@@ -23,6 +23,7 @@
 #include "lamina/io.hpp"
 #include "lamina/native_backend.hpp"
 #include "lamina/net.hpp"
+#include "lamina/solver_config.hpp"
 #include "test_util.hpp"
 #include "update_layouts.hpp"
 
@@ -970,20 +971,22 @@ void reference_update(const UpdateArgs& a, const testing::TestStep& t, const Par
         h[i] += gp * gp;
         w[i] -= lr * gp / (std::sqrt(h[i]) + a.delta);
         break;
+      case UpdateRule::kAdaDelta: {  // decay momentum over both averages, as Caffe
+        const double m = a.momentum;
+        h[i] = m * h[i] + (1 - m) * gp * gp;
+        const double step = gp * std::sqrt((h2[i] + a.delta) / (h[i] + a.delta));
+        h2[i] = m * h2[i] + (1 - m) * step * step;
+        w[i] -= lr * step;
+        break;
+      }
     }
   }
 }
 
-std::string rule_name(UpdateRule rule) {
-  switch (rule) {
-    case UpdateRule::kSGD: return "SGD";
-    case UpdateRule::kNesterov: return "Nesterov";
-    case UpdateRule::kAdam: return "Adam";
-    case UpdateRule::kAdamW: return "AdamW";
-    case UpdateRule::kRMSProp: return "RMSProp";
-    case UpdateRule::kAdaGrad: return "AdaGrad";
-  }
-  return "?";
+// The rules that keep a second history (history2).
+bool two_histories(UpdateRule rule) {
+  return rule == UpdateRule::kAdam || rule == UpdateRule::kAdamW ||
+         rule == UpdateRule::kAdaDelta;
 }
 
 // Segments and their block table in host memory, as NativeBackend::update reads them.
@@ -1051,18 +1054,15 @@ TEST_P(UpdateTest, TwoStepsOverTwoSegmentsMatchTheFormulas) {
   for (int64_t step = 1; step <= 2; ++step) {
     t.step = step;
     const auto g = random_values(n, 30 + step);
-    const bool adam = rule == UpdateRule::kAdam || rule == UpdateRule::kAdamW;
     const StepState state = testing::step_state(args, t);
     backend_.update(args, &state, layout.layout, w.data(), g.data(), h.data(),
-                    adam ? h2.data() : nullptr);
+                    two_histories(rule) ? h2.data() : nullptr);
     for (const auto& s : layout.segments) reference_update(args, t, s, w_ref, g, h_ref, h2_ref);
   }
 
   EXPECT_MATCH(w, to_float(w_ref), 1e-5) << "weights";
   EXPECT_MATCH(h, to_float(h_ref), 1e-5) << "history";
-  if (rule == UpdateRule::kAdam || rule == UpdateRule::kAdamW) {
-    EXPECT_MATCH(h2, to_float(h2_ref), 1e-5) << "history2";
-  }
+  if (two_histories(rule)) EXPECT_MATCH(h2, to_float(h2_ref), 1e-5) << "history2";
   int64_t changed = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (in_segment(i)) {
@@ -1080,10 +1080,11 @@ INSTANTIATE_TEST_SUITE_P(
     AllRules, UpdateTest,
     ::testing::Combine(::testing::Values(UpdateRule::kSGD, UpdateRule::kNesterov,
                                          UpdateRule::kAdam, UpdateRule::kAdamW,
-                                         UpdateRule::kRMSProp, UpdateRule::kAdaGrad),
+                                         UpdateRule::kRMSProp, UpdateRule::kAdaGrad,
+                                         UpdateRule::kAdaDelta),
                        ::testing::Values(Regularization::kL2, Regularization::kL1)),
     [](const auto& info) {
-      return rule_name(std::get<0>(info.param)) +
+      return std::string(solver_type_name(std::get<0>(info.param))) +
              (std::get<1>(info.param) == Regularization::kL2 ? "L2" : "L1");
     });
 
@@ -1135,7 +1136,7 @@ TEST_F(NativeBackendTest, UpdateOfManySegmentsInOnePass) {
   ASSERT_GT(n, int64_t{1} << 16);
   const HostLayout layout(segments, n);
   for (UpdateRule rule : {UpdateRule::kSGD, UpdateRule::kAdam}) {
-    SCOPED_TRACE(rule_name(rule));
+    SCOPED_TRACE(solver_type_name(rule));
     const UpdateArgs args = momentum_and_decay(rule);
     const testing::TestStep t = third_step();
     const StepState state = testing::step_state(args, t);
@@ -1170,8 +1171,9 @@ TEST_F(NativeBackendTest, UpdateInPartsEqualsOneUpdateOfTheArena) {
   const int64_t cuts[] = {0, segments[40].offset, segments[250].offset + kArenaBlock, n};
   ASSERT_GT(cuts[2] - cuts[1], int64_t{1} << 16) << "a part the thread pool splits";
   for (UpdateRule rule : {UpdateRule::kSGD, UpdateRule::kNesterov, UpdateRule::kAdam,
-                          UpdateRule::kAdamW, UpdateRule::kRMSProp, UpdateRule::kAdaGrad}) {
-    SCOPED_TRACE(rule_name(rule));
+                          UpdateRule::kAdamW, UpdateRule::kRMSProp, UpdateRule::kAdaGrad,
+                          UpdateRule::kAdaDelta}) {
+    SCOPED_TRACE(solver_type_name(rule));
     const UpdateArgs args = momentum_and_decay(rule);
     const testing::TestStep t = third_step();
     const StepState state = testing::step_state(args, t);

@@ -4,8 +4,8 @@
 //   - weights: bit-exact save/load, missing and misshapen parameters, fine-tuning;
 //   - exact resume: N iterations straight and N/2 + snapshot + restore into a new solver +
 //     N/2 give bit-identical weights and the same loss at every iteration (a small net
-//     reading shuffled IDX files through Dropout, with SGD and Adam; the MNIST MLP over 200
-//     iterations; both again on the GPU when there is one);
+//     reading shuffled IDX files through Dropout, with SGD, Adam and AdaDelta; the MNIST MLP
+//     over 200 iterations; both again on the GPU when there is one);
 //   - atomic writes: a writer SIGKILLed at random moments leaves the last complete file;
 //     `lamina train` SIGKILLed while snapshotting every iteration leaves loadable snapshots;
 //   - write failures: a missing or non-directory snapshot directory, a full disk (/dev/full,
@@ -127,6 +127,8 @@ std::string tiny_net(const TempDir& dir, int hidden = 16, const std::string& ext
 const char* kSgd = "base_lr: 0.1 momentum: 0.9 weight_decay: 0.001 lr_policy: \"step\" "
                    "gamma: 0.5 stepsize: 7 ";
 const char* kAdam = "type: \"Adam\" base_lr: 0.01 momentum: 0.9 momentum2: 0.99 ";
+const char* kAdaDelta = "type: \"AdaDelta\" base_lr: 1 momentum: 0.95 delta: 1e-6 "
+                        "weight_decay: 0.001 ";
 
 // The settings with seed, display, loss smoothing and testing; `more` overrides any of them.
 SolverParameter solver_param(const std::string& settings, const std::string& more = "") {
@@ -559,6 +561,12 @@ TEST(ExactResume, TinyNetWithShuffleAndDropoutAdamCpu) {
   expect_exact_resume(backend, kAdam, 46);
 }
 
+// AdaDelta's two averages (history and history2) are both in the state.
+TEST(ExactResume, TinyNetWithShuffleAndDropoutAdaDeltaCpu) {
+  NativeBackend backend;
+  expect_exact_resume(backend, kAdaDelta, 46);
+}
+
 TEST(ExactResume, TinyNetWithShuffleAndDropoutSgdCuda) {
   LAMINA_CUDA_BACKEND_OR_SKIP(backend);
   expect_exact_resume(*backend, kSgd, 46);
@@ -567,6 +575,11 @@ TEST(ExactResume, TinyNetWithShuffleAndDropoutSgdCuda) {
 TEST(ExactResume, TinyNetWithShuffleAndDropoutAdamCuda) {
   LAMINA_CUDA_BACKEND_OR_SKIP(backend);
   expect_exact_resume(*backend, kAdam, 46);
+}
+
+TEST(ExactResume, TinyNetWithShuffleAndDropoutAdaDeltaCuda) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(backend);
+  expect_exact_resume(*backend, kAdaDelta, 46);
 }
 
 // Replayed steps (CUDA graphs): display every 5th iteration, so the others replay; 4 passes
@@ -886,6 +899,43 @@ TEST(SolverState, FromADifferentNetSolverOrWeightsIsRefusedAndChangesNothing) {
   EXPECT_THAT(error_of([&] { same.restore(later.weights); }),
               HasSubstr("weights file, not a solver state file"));
   EXPECT_EQ(same.iter(), 0);
+}
+
+// A solver written with Caffe's older `solver_type: ADADELTA` records the rule's name, so a
+// `type: "AdaDelta"` solver resumes its state (history and history2, one record each per
+// parameter), and an Adam solver, which also keeps two arrays, refuses it.
+TEST(SolverState, AdaDeltaStateHoldsBothAveragesAndNamesTheRule) {
+  TempDir dir;
+  write_tiny_data(dir);
+  NativeBackend backend;
+  const NetParameter net = parse_net_parameter(tiny_net(dir), "tiny");
+  Solver enum_form(solver_param("solver_type: ADADELTA base_lr: 1 momentum: 0.95 delta: 1e-6",
+                                "snapshot_prefix: \"" + (dir / "a") + "\""),
+                   net, backend);
+  enum_form.step(4);
+  const SnapshotPaths paths = enum_form.snapshot();
+  const SnapshotFile state = read_snapshot_file(paths.state, SnapshotKind::kSolverState);
+  ASSERT_NE(state.find("solver_type"), nullptr);
+  EXPECT_EQ(state.find("solver_type")->bytes, "AdaDelta");
+  int histories = 0, histories2 = 0;
+  for (const SnapshotRecord& r : state.records) {
+    histories += r.name.rfind("history/", 0) == 0;
+    histories2 += r.name.rfind("history2/", 0) == 0;
+    if (r.name.rfind("history", 0) == 0) {
+      bool nonzero = false;
+      for (float v : r.floats) nonzero |= v != 0;
+      EXPECT_TRUE(nonzero) << r.name << " is all zeros after 4 updates";
+    }
+  }
+  EXPECT_EQ(histories, int(enum_form.net().arena().table().size()));
+  EXPECT_EQ(histories2, histories);
+
+  Solver named(solver_param(kAdaDelta), net, backend);
+  named.restore(paths.state);
+  EXPECT_EQ(named.iter(), 4);
+  Solver adam(solver_param(kAdam), net, backend);
+  EXPECT_THAT(error_of([&] { adam.restore(paths.state); }),
+              AllOf(HasSubstr("written by a AdaDelta solver"), HasSubstr("this solver is Adam")));
 }
 
 // A layer state out of range (a data set that shrank) is refused and rolled back.

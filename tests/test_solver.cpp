@@ -24,6 +24,7 @@
 #include "lamina/net.hpp"
 #include "lamina/registry.hpp"
 #include "lamina/solver.hpp"
+#include "lamina/solver_config.hpp"
 #include "test_util.hpp"
 
 namespace lamina {
@@ -209,7 +210,7 @@ struct Simulation {
         ++clipped;
       }
     }
-    const std::string& type = p.type();
+    const std::string type = solver_type_name(parse_solver_type(p));  // solver_type too
     const double b1 = p.momentum();
     const double b2 = type == "RMSProp" ? p.rms_decay() : p.momentum2();
     const double eps = p.delta();
@@ -242,6 +243,11 @@ struct Simulation {
         } else if (type == "AdaGrad") {
           h += gi * gi;
           w -= lr_i * gi / (std::sqrt(h) + eps);
+        } else if (type == "AdaDelta") {  // b1 (momentum) decays both averages
+          h = b1 * h + (1 - b1) * gi * gi;
+          const double step = gi * std::sqrt((v + eps) / (h + eps));
+          v = b1 * v + (1 - b1) * step * step;
+          w -= lr_i * step;
         } else {
           ADD_FAILURE() << "simulation: unknown type " << type;
         }
@@ -381,7 +387,21 @@ INSTANTIATE_TEST_SUITE_P(
         UpdateCase{"RMSProp", "type: \"RMSProp\" base_lr: 0.01 rms_decay: 0.9"},
         UpdateCase{"RMSPropDelta",
                    "type: \"RMSProp\" base_lr: 0.01 rms_decay: 0.8 delta: 0.1 "
-                   "weight_decay: 0.01 regularization_type: \"L1\""}),
+                   "weight_decay: 0.01 regularization_type: \"L1\""},
+        // Caffe's examples/mnist/lenet_adadelta_solver.prototxt settings.
+        UpdateCase{"AdaDelta", "type: \"AdaDelta\" base_lr: 1 momentum: 0.95 delta: 1e-6"},
+        UpdateCase{"AdaDeltaDecayMultipliers",
+                   "type: \"AdaDelta\" base_lr: 0.5 momentum: 0.9 delta: 1e-4 "
+                   "weight_decay: 0.05 lr_policy: \"step\" gamma: 0.5 stepsize: 1",
+                   {1, 2}, {1, 0.5}, [](int it) { return 0.5 * std::pow(0.5, it); }},
+        UpdateCase{"AdaDeltaMomentumZeroL1",
+                   "type: \"AdaDelta\" base_lr: 1 delta: 1e-3 weight_decay: 0.01 "
+                   "regularization_type: \"L1\""},
+        UpdateCase{"AdaDeltaAsSolverTypeEnum",
+                   "solver_type: ADADELTA base_lr: 1 momentum: 0.95 delta: 1e-6"},
+        UpdateCase{"NesterovAsSolverTypeEnum", "solver_type: NESTEROV base_lr: 0.1 momentum: 0.9"},
+        UpdateCase{"RMSPropAsSolverTypeEnum",
+                   "solver_type: RMSPROP base_lr: 0.01 rms_decay: 0.9 momentum: 0"}),
     [](const ::testing::TestParamInfo<UpdateCase>& info) { return std::string(info.param.name); });
 
 // ---------------------------------------------------------------------------------------
@@ -593,6 +613,13 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"RmsDecayWithAdam", "base_lr: 0.1 type: \"Adam\" rms_decay: 0.9",
                     {"rms_decay", "Adam"}},
         InvalidCase{"UnknownType", "base_lr: 0.1 type: \"Adamax\"", {"type", "Adamax"}},
+        InvalidCase{"TypeAndSolverTypeDisagree",
+                    "base_lr: 0.1 type: \"Adam\" solver_type: ADADELTA",
+                    {"solver_type is ADADELTA", "type is 'Adam'"}},
+        InvalidCase{"AdaDeltaMomentumOne", "base_lr: 1 type: \"AdaDelta\" momentum: 1",
+                    {"momentum is 1", "AdaDelta"}},
+        InvalidCase{"RMSPropEnumWithMomentum", "base_lr: 0.1 solver_type: RMSPROP momentum: 0.9",
+                    {"momentum is 0.9", "RMSProp", "rms_decay"}},
         InvalidCase{"BaseLrMissing", "momentum: 0.9", {"base_lr"}},
         InvalidCase{"UnknownRegularization", "base_lr: 0.1 regularization_type: \"L3\"",
                     {"regularization_type", "L3"}},

@@ -88,6 +88,29 @@ INSTANTIATE_TEST_SUITE_P(
                     {"momentum is 0.9", "RMSProp", "its decay is rms_decay"}},
         RefusedCase{"AdaGradWithMomentum", "type: 'AdaGrad' base_lr: 0.1 momentum: 0.5",
                     {"momentum is 0.5", "AdaGrad"}},
+        RefusedCase{"RMSPropEnumWithMomentum", "solver_type: RMSPROP base_lr: 0.1 momentum: 0.5",
+                    {"momentum is 0.5", "RMSProp takes no momentum", "rms_decay"}},
+        RefusedCase{"AdaDeltaMomentumOne", "type: 'AdaDelta' base_lr: 1 momentum: 1",
+                    {"momentum is 1", "[0, 1)", "AdaDelta's decay"}},
+        RefusedCase{"AdaDeltaMomentumNegative", "type: 'AdaDelta' base_lr: 1 momentum: -0.1",
+                    {"momentum is -0.1", "[0, 1)"}},
+        RefusedCase{"AdaDeltaDeltaZero", "type: 'AdaDelta' base_lr: 1 momentum: 0.95 delta: 0",
+                    {"delta is 0", "> 0", "AdaDelta"}},
+        RefusedCase{"AdaDeltaEnumDeltaNegative",
+                    "solver_type: ADADELTA base_lr: 1 momentum: 0.95 delta: -1e-6",
+                    {"delta is -1e-06", "AdaDelta's denominator"}},
+        RefusedCase{"Momentum2WithAdaDelta", "type: 'AdaDelta' base_lr: 1 momentum2: 0.9",
+                    {"momentum2 is set but solver type AdaDelta does not use it"}},
+        RefusedCase{"RmsDecayWithAdaDeltaEnum", "solver_type: ADADELTA base_lr: 1 rms_decay: 0.9",
+                    {"rms_decay is set but solver type AdaDelta does not use it"}},
+        // type and Caffe's older solver_type
+        RefusedCase{"TypeAndSolverTypeDisagree", "type: 'AdaGrad' solver_type: ADAM base_lr: 1",
+                    {"solver_type is ADAM but type is 'AdaGrad'", "different rules"}},
+        RefusedCase{"AdamWAndSolverTypeAdam", "type: 'AdamW' solver_type: ADAM base_lr: 1",
+                    {"solver_type is ADAM but type is 'AdamW'"}},
+        RefusedCase{"SGDWrittenAndSolverTypeNesterov",
+                    "type: 'SGD' solver_type: NESTEROV base_lr: 1",
+                    {"solver_type is NESTEROV but type is 'SGD'"}},
         RefusedCase{"Momentum2WithSGD", "base_lr: 0.1 momentum2: 0.9",
                     {"momentum2 is set but solver type SGD does not use it"}},
         RefusedCase{"RmsDecayWithAdam", "type: 'Adam' base_lr: 0.1 rms_decay: 0.9",
@@ -234,6 +257,16 @@ TEST(SolverConfig, AcceptsWhatCaffeRequiresAndTheBoundaryValues) {
            "type: 'RMSProp' base_lr: 0.01 momentum: 0 rms_decay: 0.98",
            "type: 'AdaGrad' base_lr: 0.01 momentum: 0 delta: 1e-8",
            "type: 'RMSProp' base_lr: 0.01 rms_decay: 0",
+           "solver_type: RMSPROP base_lr: 0.01 momentum: 0 rms_decay: 0.98",
+           // Caffe's examples/mnist/lenet_adadelta_solver.prototxt; momentum 0 too.
+           "type: 'AdaDelta' base_lr: 1 momentum: 0.95 delta: 1e-6 weight_decay: 0.0005",
+           "solver_type: ADADELTA base_lr: 1 momentum: 0.95 delta: 1e-6",
+           "type: 'AdaDelta' base_lr: 1 momentum: 0",
+           "type: 'AdaDelta' base_lr: 1 momentum: 0.999999",
+           // type and solver_type naming the same rule.
+           "type: 'AdaDelta' solver_type: ADADELTA base_lr: 1 momentum: 0.9",
+           "type: 'SGD' solver_type: SGD base_lr: 1",
+           "type: 'Adam' solver_type: ADAM base_lr: 0.001",
            "base_lr: 0.1 momentum: 0",
            "base_lr: 0.1 momentum: 0.999",
            "type: 'Adam' base_lr: 0.001 momentum: 0 momentum2: 0",
@@ -347,6 +380,8 @@ TEST(SolverConfig, ErrorsFromAFileNameTheFileAndTheFieldsLine) {
            {"base_lr: 0.01\nsnapshot_prefix: \"\"\n", 2, "snapshot_prefix is \"\""},
            {"max_iter: 10\n  base_lr: nan\n", 2, "base_lr is nan"},
            {"base_lr: 0.01 type: \"Adamax\"\n", 1, "'Adamax'"},
+           {"type: \"Adam\"\nbase_lr: 0.01\nsolver_type: SGD\n", 3, "solver_type is SGD"},
+           {"solver_type: ADADELTA\nbase_lr: 1\nmomentum: 1\n", 3, "momentum is 1"},
        }) {
     const std::string path = dir.write("solver.prototxt", c.text);
     const std::string message = testing::error_of(
@@ -421,17 +456,41 @@ TEST(SolverConfig, ParseSolverTypeNamesEveryRule) {
   const std::pair<const char*, UpdateRule> all[] = {
       {"SGD", UpdateRule::kSGD},         {"Nesterov", UpdateRule::kNesterov},
       {"Adam", UpdateRule::kAdam},       {"AdamW", UpdateRule::kAdamW},
-      {"RMSProp", UpdateRule::kRMSProp}, {"AdaGrad", UpdateRule::kAdaGrad}};
+      {"RMSProp", UpdateRule::kRMSProp}, {"AdaGrad", UpdateRule::kAdaGrad},
+      {"AdaDelta", UpdateRule::kAdaDelta}};
   for (const auto& [name, rule] : all) {
     SolverParameter p;
     p.set_type(name);
     EXPECT_EQ(parse_solver_type(p), rule) << name;
+    EXPECT_STREQ(solver_type_name(rule), name);
   }
   EXPECT_EQ(parse_solver_type(SolverParameter()), UpdateRule::kSGD);  // the default
   SolverParameter sgd;
   sgd.set_type("sgd");
   EXPECT_THAT(testing::error_of([&] { parse_solver_type(sgd, "x.prototxt"); }),
               AllOf(StartsWith("x.prototxt: solver type 'sgd' is unknown"), HasSubstr("SGD")));
+}
+
+// Caffe's older enum field: each value's rule where type is left out.
+TEST(SolverConfig, SolverTypeEnumNamesItsRuleWhereTypeIsLeftOut) {
+  const std::pair<SolverParameter::SolverType, UpdateRule> all[] = {
+      {SolverParameter::SGD, UpdateRule::kSGD},
+      {SolverParameter::NESTEROV, UpdateRule::kNesterov},
+      {SolverParameter::ADAGRAD, UpdateRule::kAdaGrad},
+      {SolverParameter::RMSPROP, UpdateRule::kRMSProp},
+      {SolverParameter::ADADELTA, UpdateRule::kAdaDelta},
+      {SolverParameter::ADAM, UpdateRule::kAdam}};
+  ASSERT_EQ(std::size(all), size_t(SolverParameter::SolverType_ARRAYSIZE));
+  for (const auto& [value, rule] : all) {
+    SolverParameter p;
+    p.set_solver_type(value);
+    EXPECT_EQ(parse_solver_type(p), rule) << SolverParameter::SolverType_Name(value);
+    p.set_type(solver_type_name(rule));  // both, agreeing
+    EXPECT_EQ(parse_solver_type(p), rule) << SolverParameter::SolverType_Name(value);
+  }
+  // Read from text, as a Caffe solver file writes it.
+  EXPECT_EQ(parse_solver_type(parse_solver_parameter("solver_type: ADADELTA base_lr: 1", "s")),
+            UpdateRule::kAdaDelta);
 }
 
 }  // namespace

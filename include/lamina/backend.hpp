@@ -84,7 +84,7 @@ struct UpdateLayout {
 // block boundary, without overlap, inside the arena: the caller lays them out (CHECKed).
 std::vector<int32_t> block_segments(const std::vector<ParamSegment>& segments, int64_t n);
 
-enum class UpdateRule { kSGD, kNesterov, kAdam, kAdamW, kRMSProp, kAdaGrad };
+enum class UpdateRule { kSGD, kNesterov, kAdam, kAdamW, kRMSProp, kAdaGrad, kAdaDelta };
 enum class Regularization { kL2, kL1 };
 
 // The constants of a fused solver update: the same every iteration, passed by value. What
@@ -688,8 +688,12 @@ class Backend {
   //             w -= lr_i * (c * m / (sqrt(v) + delta) + decay_i w)
   //   RMSProp:  h = momentum2 h + (1 - momentum2) g'^2;  w -= lr_i g' / (sqrt(h) + delta)
   //   AdaGrad:  h += g'^2;  w -= lr_i g' / (sqrt(h) + delta)
-  // history2 is used by Adam and AdamW only (may be null otherwise). With step->skip set
-  // (loss scaling found the gradients not finite) nothing changes.
+  //   AdaDelta: h = history (squared gradients), h2 = history2 (squared steps),
+  //             m = momentum (Caffe's decay):  h = m h + (1 - m) g'^2;
+  //             u = g' sqrt((h2 + delta) / (h + delta));  h2 = m h2 + (1 - m) u^2;
+  //             w -= lr_i u                                         (Caffe's form)
+  // history2 is used by Adam, AdamW and AdaDelta only (may be null otherwise). With
+  // step->skip set (loss scaling found the gradients not finite) nothing changes.
   virtual void update(const UpdateArgs& args, const StepState* step, const UpdateLayout& layout,
                       float* weights, const float* grads, float* history,
                       float* history2) = 0;

@@ -15,9 +15,14 @@
 
 namespace lamina {
 
-// The update rule `type` names (SGD, Nesterov, Adam, AdamW, RMSProp, AdaGrad); an unknown
-// type is an Error naming source:line.
+// The update rule `type` names (SGD, Nesterov, Adam, AdamW, RMSProp, AdaGrad, AdaDelta), or,
+// where type is left out, Caffe's older enum solver_type (SGD, NESTEROV, ADAGRAD, RMSPROP,
+// ADADELTA, ADAM). An unknown type, or type and solver_type naming different rules, is an
+// Error naming source:line.
 UpdateRule parse_solver_type(const SolverParameter& p, const std::string& source = {});
+
+// The rule's name as `type` writes it ("AdaDelta"); solver states record it.
+const char* solver_type_name(UpdateRule rule);
 
 // Who runs the tests. kSolve: only solve() does (lamina train, Solver::from_file), every
 // test_interval iterations, so test_iter without test_interval would build a test net that

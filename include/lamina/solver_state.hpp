@@ -4,8 +4,8 @@
 // Records: iteration, seed, solver_type, net_name, weights_file (the weights file written
 // with it, by name, beside the state file), weights_crc32 (that file's CRC-32), loss_ring
 // (average_loss floats), loss_sum, loss_sum_count, the optimizer's state arrays as the
-// arena holds them, one record per parameter (history/<param> and, for Adam and AdamW,
-// history2/<param>, shaped as the parameter), and each stateful layer's state
+// arena holds them, one record per parameter (history/<param> and, for Adam, AdamW and
+// AdaDelta, history2/<param>, shaped as the parameter), and each stateful layer's state
 // (state/train/<layer>, state/test/<layer>), and algorithms: the backend's algorithm choices
 // (Backend::algorithm_choices; optional, empty on the CPU and in states written before it),
 // and workers: the data-parallel job's worker count (optional, written when not 1), and

@@ -82,10 +82,10 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
     net_->half_copy_kept_by_update();
     if (test_net_) test_net_->half_copy_kept_by_update();
   }
-  // The optimizer's state lives in the arena: Adam and AdamW keep two moments, the others
-  // one history.
+  // The optimizer's state lives in the arena: Adam and AdamW keep two moments, AdaDelta its
+  // averages of squared gradients and squared steps, the others one history.
   const bool adam = args_.rule == UpdateRule::kAdam || args_.rule == UpdateRule::kAdamW;
-  net_->arena().allocate_state(adam ? 2 : 1);
+  net_->arena().allocate_state(adam || args_.rule == UpdateRule::kAdaDelta ? 2 : 1);
   step_state_ = Buffer(backend, sizeof(StepState));
   init_loss_scaling();  // before join_workers, which plans the update by it
   if (comm_) join_workers();

@@ -29,14 +29,27 @@ class QuietCollector : public pb::io::ErrorCollector {
   void AddError(int, pb::io::ColumnNumber, const std::string&) override {}
 };
 
+constexpr UpdateRule kRules[] = {UpdateRule::kSGD,     UpdateRule::kNesterov,
+                                  UpdateRule::kAdam,    UpdateRule::kAdamW,
+                                  UpdateRule::kRMSProp, UpdateRule::kAdaGrad,
+                                  UpdateRule::kAdaDelta};
+
 std::optional<UpdateRule> find_solver_type(const std::string& type) {
-  if (type == "SGD") return UpdateRule::kSGD;
-  if (type == "Nesterov") return UpdateRule::kNesterov;
-  if (type == "Adam") return UpdateRule::kAdam;
-  if (type == "AdamW") return UpdateRule::kAdamW;
-  if (type == "RMSProp") return UpdateRule::kRMSProp;
-  if (type == "AdaGrad") return UpdateRule::kAdaGrad;
+  for (UpdateRule rule : kRules)
+    if (type == solver_type_name(rule)) return rule;
   return std::nullopt;
+}
+
+// The rule of Caffe's older enum field solver_type.
+UpdateRule rule_of_enum(SolverParameter::SolverType type) {
+  switch (type) {
+    case SolverParameter::NESTEROV: return UpdateRule::kNesterov;
+    case SolverParameter::ADAGRAD: return UpdateRule::kAdaGrad;
+    case SolverParameter::RMSPROP: return UpdateRule::kRMSProp;
+    case SolverParameter::ADADELTA: return UpdateRule::kAdaDelta;
+    case SolverParameter::ADAM: return UpdateRule::kAdam;
+    default: return UpdateRule::kSGD;
+  }
 }
 
 // Refusals of one SolverParameter, each prefixed with where its field is written.
@@ -175,10 +188,13 @@ void check_rate_stays_finite(const Checker& c, const SolverParameter& p) {
 void check_rule_fields(const Checker& c, const SolverParameter& p, UpdateRule rule) {
   const bool adam = rule == UpdateRule::kAdam || rule == UpdateRule::kAdamW;
   const bool sgd = rule == UpdateRule::kSGD || rule == UpdateRule::kNesterov;
-  const std::string& type = p.type();
+  const std::string type = solver_type_name(rule);
   if (sgd || adam) {
     c.unit_interval("momentum", p.momentum(),
                     adam ? "Adam's beta1" : "the fraction of the last step kept");
+  } else if (rule == UpdateRule::kAdaDelta) {
+    c.unit_interval("momentum", p.momentum(), "AdaDelta's decay of its two averages, "
+                    "typically 0.95");
   } else if (p.has_momentum() && p.momentum() != 0) {
     // Caffe requires momentum 0 for RMSProp and AdaGrad; accept that and nothing else.
     if (rule == UpdateRule::kRMSProp)
@@ -282,12 +298,33 @@ void check_run_fields(const Checker& c, const SolverParameter& p, const std::str
 
 }  // namespace
 
+const char* solver_type_name(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::kSGD: return "SGD";
+    case UpdateRule::kNesterov: return "Nesterov";
+    case UpdateRule::kAdam: return "Adam";
+    case UpdateRule::kAdamW: return "AdamW";
+    case UpdateRule::kRMSProp: return "RMSProp";
+    case UpdateRule::kAdaGrad: return "AdaGrad";
+    case UpdateRule::kAdaDelta: return "AdaDelta";
+  }
+  return "?";
+}
+
 UpdateRule parse_solver_type(const SolverParameter& p, const std::string& source) {
+  const Checker c(p, source);
   const std::optional<UpdateRule> rule = find_solver_type(p.type());
   if (!rule)
-    Checker(p, source).refuse("type", "solver type '", p.type(), "' is unknown; use SGD, "
-                              "Nesterov, Adam, AdamW, RMSProp or AdaGrad");
-  return *rule;
+    c.refuse("type", "solver type '", p.type(), "' is unknown; use SGD, Nesterov, Adam, "
+             "AdamW, RMSProp, AdaGrad or AdaDelta");
+  if (!p.has_solver_type()) return *rule;
+  // Caffe's older enum: the rule when type is left out; both set must name the same rule.
+  const UpdateRule old = rule_of_enum(p.solver_type());
+  if (p.has_type() && *rule != old)
+    c.refuse("solver_type", "solver_type is ", SolverParameter::SolverType_Name(p.solver_type()),
+             " but type is '", p.type(), "'; they name different rules: keep type and remove "
+             "solver_type (Caffe's older field), or make them agree");
+  return old;
 }
 
 void check_solver_parameter(const SolverParameter& p, const std::string& source,

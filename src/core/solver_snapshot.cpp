@@ -10,6 +10,7 @@
 #include "lamina/communicator.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina/solver.hpp"
+#include "lamina/solver_config.hpp"
 #include "lamina/solver_state.hpp"
 #include "solver_internal.hpp"
 
@@ -153,7 +154,7 @@ SnapshotPaths Solver::snapshot() {
   SolverState state;
   state.iteration = iter_;
   state.seed = seed_;
-  state.solver_type = param_.type();
+  state.solver_type = solver_type_name(args_.rule);
   state.net_name = net_->name();
   for (int k = 0; k < arena.num_state(); ++k) {
     state.optimizer.push_back(arena.to_host(arena.state(k)));
@@ -226,7 +227,7 @@ void Solver::restore(const std::string& state_path) {
   ParamArena& arena = net_->arena();
   const SolverState state =
       decode_solver_state(read_snapshot_file(state_path, SnapshotKind::kSolverState), state_path,
-                          arena, param_.type(), arena.num_state());
+                          arena, solver_type_name(args_.rule), arena.num_state());
   if (state.net_name != net_->name())
     LOG(WARNING) << what << "it was written for net '" << state.net_name << "', this net is '"
                  << net_->name() << "'";

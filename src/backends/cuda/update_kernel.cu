@@ -73,9 +73,14 @@ __device__ __forceinline__ void update_element(const UpdateConstants& a, float l
   } else if constexpr (kRule == UpdateRule::kRMSProp) {
     h = a.momentum2 * h + (1.0f - a.momentum2) * gi * gi;
     w = wi - lr * gi / (sqrtf(h) + a.delta);
-  } else {  // kAdaGrad
+  } else if constexpr (kRule == UpdateRule::kAdaGrad) {
     h = h + gi * gi;
     w = wi - lr * gi / (sqrtf(h) + a.delta);
+  } else {  // kAdaDelta: h the squared gradients' average, h2 the squared steps'
+    h = a.momentum * h + (1.0f - a.momentum) * gi * gi;
+    const float step = gi * sqrtf((h2 + a.delta) / (h + a.delta));
+    h2 = a.momentum * h2 + (1.0f - a.momentum) * step * step;
+    w = wi - lr * step;
   }
 }
 
@@ -131,7 +136,8 @@ __global__ void __launch_bounds__(kBlock, 2048 / kBlock)
                   int64_t n, const ParamSegment* __restrict__ segments,
                   const int32_t* __restrict__ block_segment, float* w, const float* g, float* h,
                   float* h2, uint16_t* copy) {
-  constexpr bool kTwoMoments = kRule == UpdateRule::kAdam || kRule == UpdateRule::kAdamW;
+  constexpr bool kTwoHistories = kRule == UpdateRule::kAdam || kRule == UpdateRule::kAdamW ||
+                                 kRule == UpdateRule::kAdaDelta;
   if (step->skip) return;  // loss scaling found the gradients not finite: nothing changes
   const float step_lr = step->lr, grad_scale = step->grad_scale, correction = step->correction;
   LAMINA_GRID_STRIDE_LOOP(i, n / kWidth) {
@@ -148,7 +154,7 @@ __global__ void __launch_bounds__(kBlock, 2048 / kBlock)
     load<kWidth>(w, v, wv);
     load<kWidth>(g, v, gv);
     load<kWidth>(h, v, hv);
-    if constexpr (kTwoMoments) load<kWidth>(h2, v, h2v);
+    if constexpr (kTwoHistories) load<kWidth>(h2, v, h2v);
 #pragma unroll
     for (int j = 0; j < kWidth; ++j) {
       if (first + j < end)
@@ -157,7 +163,7 @@ __global__ void __launch_bounds__(kBlock, 2048 / kBlock)
     store<kWidth>(w, v, wv);
     if constexpr (!std::is_same_v<Copy, NoCopy>) store_copy<Copy, kWidth>(copy, v, wv);
     store<kWidth>(h, v, hv);
-    if constexpr (kTwoMoments) store<kWidth>(h2, v, h2v);
+    if constexpr (kTwoHistories) store<kWidth>(h2, v, h2v);
   }
 }
 
@@ -195,6 +201,7 @@ void with_rule(UpdateRule rule, F&& f) {
     case R::kAdamW: return f(std::integral_constant<R, R::kAdamW>{});
     case R::kRMSProp: return f(std::integral_constant<R, R::kRMSProp>{});
     case R::kAdaGrad: return f(std::integral_constant<R, R::kAdaGrad>{});
+    case R::kAdaDelta: return f(std::integral_constant<R, R::kAdaDelta>{});
   }
   LOG(FATAL) << "update rule " << static_cast<int>(rule) << " has no kernel";
 }
@@ -213,9 +220,10 @@ void CudaBackend::update(const UpdateArgs& args, const StepState* step,
   LAMINA_REQUIRE(layout.n % kArenaBlock == 0 && layout.first % kArenaBlock == 0,
                  "CudaBackend::update: an update of ", layout.n, " floats from ", layout.first,
                  " is not on ", kArenaBlock, "-float blocks of the arena");
-  const bool adam = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW;
-  LAMINA_REQUIRE(!adam || history2 != nullptr, "CudaBackend::update: Adam and AdamW need ",
-                 "history2 (the second-moment arena)");
+  const bool two_arrays = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW ||
+                          args.rule == UpdateRule::kAdaDelta;
+  LAMINA_REQUIRE(!two_arrays || history2 != nullptr, "CudaBackend::update: Adam, AdamW and ",
+                 "AdaDelta need history2 (the optimizer's second state array)");
   const UpdateConstants constants{args.momentum, args.momentum2, args.delta, args.weight_decay,
                                   args.regularization == Regularization::kL1};
   with_rule(args.rule, [&](auto rule) {

@@ -66,10 +66,16 @@ void update_run(const UpdateScalars& a, float lr, float decay, int64_t begin, in
       const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
       h[i] = momentum2 * h[i] + (1.0f - momentum2) * gi * gi;
       w[i] -= lr * gi / (std::sqrt(h[i]) + delta);
-    } else {  // kAdaGrad
+    } else if constexpr (kRule == UpdateRule::kAdaGrad) {
       const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
       h[i] += gi * gi;
       w[i] -= lr * gi / (std::sqrt(h[i]) + delta);
+    } else {  // kAdaDelta: h the squared gradients' average, h2 the squared steps'
+      const float gi = regularized_grad(grad_scale, g[i], decay, reg, w[i]);
+      h[i] = momentum * h[i] + (1.0f - momentum) * gi * gi;
+      const float step = gi * std::sqrt((h2[i] + delta) / (h[i] + delta));
+      h2[i] = momentum * h2[i] + (1.0f - momentum) * step * step;
+      w[i] -= lr * step;
     }
   }
 }
@@ -117,8 +123,9 @@ void update_arena(const UpdateScalars& a, const UpdateLayout& layout, float* w, 
 void NativeBackend::update(const UpdateArgs& args, const StepState* step,
                            const UpdateLayout& layout, float* weights, const float* grads,
                            float* history, float* history2) {
-  const bool adam = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW;
-  CHECK(!adam || history2 != nullptr) << "Adam/AdamW need history2";
+  const bool two_arrays = args.rule == UpdateRule::kAdam || args.rule == UpdateRule::kAdamW ||
+                          args.rule == UpdateRule::kAdaDelta;
+  CHECK(!two_arrays || history2 != nullptr) << "Adam/AdamW/AdaDelta need history2";
   CHECK(layout.n % kArenaBlock == 0 && layout.first % kArenaBlock == 0)
       << "an update of " << layout.n << " floats from " << layout.first;
   if (step->skip) return;  // loss scaling found the gradients not finite: nothing changes
@@ -134,6 +141,7 @@ void NativeBackend::update(const UpdateArgs& args, const StepState* step,
     case UpdateRule::kAdamW: arena = update_arena<UpdateRule::kAdamW>; break;
     case UpdateRule::kRMSProp: arena = update_arena<UpdateRule::kRMSProp>; break;
     case UpdateRule::kAdaGrad: arena = update_arena<UpdateRule::kAdaGrad>; break;
+    case UpdateRule::kAdaDelta: arena = update_arena<UpdateRule::kAdaDelta>; break;
   }
   arena(a, layout, weights, grads, history, history2, args.half_copy, args.half_format);
 }
