@@ -344,12 +344,6 @@ const std::string kPoolEngine = std::string(kInput) + R"(
 const std::string kStochastic = std::string(kInput) + R"(
   layer { name: "pool" type: "Pooling" bottom: "data" top: "pool"
           pooling_param { pool: STOCHASTIC kernel_size: 2 stride: 2 } })";
-const std::string kTranspose = std::string(kInput) + R"(
-  layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
-          inner_product_param { num_output: 4 transpose: true } })";
-const std::string kStableProd = std::string(kInput) + R"(
-  layer { name: "prod" type: "Eltwise" bottom: "data" bottom: "data" top: "prod"
-          eltwise_param { operation: PROD stable_prod_grad: false } })";
 const std::string kConvAxis = std::string(kInput) + R"(
   layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
           convolution_param { num_output: 4 kernel_size: 3 axis: 2 } })";
@@ -369,8 +363,6 @@ INSTANTIATE_TEST_SUITE_P(
     Fields, CaffeUnsupported,
     ::testing::Values(
         Unsupported{"stochastic pooling", kStochastic.c_str(), "STOCHASTIC"},
-        Unsupported{"inner_product_param transpose", kTranspose.c_str(), "transpose"},
-        Unsupported{"eltwise_param stable_prod_grad", kStableProd.c_str(), "stable_prod_grad"},
         Unsupported{"convolution_param axis", kConvAxis.c_str(), "axis"},
         Unsupported{"a parameter message the layer does not read", kWrongParamMessage.c_str(),
                     "pooling_param"},

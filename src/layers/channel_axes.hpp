@@ -1,6 +1,6 @@
 // Shared by Scale and Bias: a per-channel parameter over the bottom's axes [axis, axis +
-// num_axes), Caffe's scale_param/bias_param axis and num_axes. num_axes -1 means every axis
-// from `axis` on; 0 means a single scalar.
+// num_axes), Caffe's scale_param/bias_param axis and num_axes: learned (num_axes -1 means
+// every axis from `axis` on; 0 means a single scalar), or given as a second bottom.
 //   bottom (outer, channels, inner): outer = the dims before axis, channels = the
 //   parameter's count, inner = the dims after it.
 #pragma once
@@ -36,13 +36,37 @@ inline ChannelAxes channel_axes(const std::string& where, const std::string& mes
   return a;
 }
 
-// Caffe's Scale and Bias also take the parameter as a second bottom; Lamina learns it.
-inline void require_one_bottom(const std::string& where, const std::string& message,
-                               const std::vector<Tensor*>& bottom) {
-  LAMINA_REQUIRE(bottom.size() == 1, where, "takes one bottom; Caffe's two-bottom form (the ",
-                 message, " given as a second bottom '", bottom.back()->name(), "' ",
-                 bottom.back()->shape_string(), ") is not supported: drop the second bottom and "
-                 "the layer learns the parameter");
+// Caffe's two-bottom form: bottom 1 (b) is the parameter, broadcast over bottom 0 (x) from
+// `axis`: b's shape must equal x's dims [axis, axis + b's axes). A b of no axes is a scalar,
+// and axis is then not read (Caffe broadcasts it from axis 0, the same values).
+inline ChannelAxes broadcast_axes(const std::string& where, const std::string& message,
+                                  int axis, const Tensor& x, const Tensor& b) {
+  const int axes = x.num_axes();
+  int first = 0;
+  if (b.num_axes() > 0) {
+    LAMINA_REQUIRE(axis >= -axes && axis < axes, where, message, ".axis ", axis,
+                   " is out of range for bottom '", x.name(), "' of shape ", x.shape_string());
+    first = axis < 0 ? axis + axes : axis;
+  }
+  bool fits = first + b.num_axes() <= axes;
+  for (int i = 0; fits && i < b.num_axes(); ++i) fits = b.dim(i) == x.dim(first + i);
+  LAMINA_REQUIRE(fits, where, "bottom 1 '", b.name(), "' ", b.shape_string(), " must have the "
+                 "dims of bottom 0 '", x.name(), "' ", x.shape_string(), " from ", message,
+                 ".axis ", axis, " (axis ", first, ") on, or no axes (a scalar)");
+  ChannelAxes a;
+  a.outer = x.count(0, first);
+  a.channels = b.count();
+  a.inner = x.count(first + b.num_axes(), axes);
+  a.shape = b.shape();
+  return a;
+}
+
+// The two-bottom form's top cannot be bottom 1 (it would overwrite the parameter it reads).
+inline void require_top_not_parameter(const std::string& where, const std::vector<Tensor*>& bottom,
+                                      const std::vector<Tensor*>& top) {
+  LAMINA_REQUIRE(top[0] != bottom[1], where, "top '", top[0]->name(), "' is bottom 1, the "
+                 "parameter the layer reads; give the top its own name (or write it over "
+                 "bottom 0)");
 }
 
 }  // namespace lamina

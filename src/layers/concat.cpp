@@ -1,4 +1,5 @@
-// Concat: joins its bottoms along concat_param.axis (default 1, the channels).
+// Concat: joins its bottoms along concat_param.axis (default 1, the channels; negative counts
+// from the end), or along concat_dim (Caffe's older name, a non-negative axis; not both).
 //
 //   bottom i (d0, ..., a_i, ..., dk)  ->  top (d0, ..., sum a_i, ..., dk)
 // Every bottom has the top's dims except along the axis. Viewed as rows: outer = the dims
@@ -23,13 +24,17 @@ class ConcatLayer : public Layer {
   HalfSupport half_support() const override { return HalfSupport::kHalf; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
+    const ConcatParameter& p = param_.concat_param();
     const Tensor& first = *bottom[0];
     const int axes = first.num_axes();
-    const int axis = param_.concat_param().axis();
-    LAMINA_REQUIRE(axis >= -axes && axis < axes, where(), "concat_param.axis ", axis,
+    LAMINA_REQUIRE(!(p.has_axis() && p.has_concat_dim()), where(), "concat_param sets both "
+                   "axis and concat_dim (its older name); keep one");
+    const char* field = p.has_concat_dim() ? "concat_dim" : "axis";
+    const int64_t axis = p.has_concat_dim() ? int64_t(p.concat_dim()) : p.axis();
+    LAMINA_REQUIRE(axis >= -axes && axis < axes, where(), "concat_param.", field, " ", axis,
                    " is out of range for bottom '", first.name(), "' of shape ",
                    first.shape_string());
-    axis_ = axis < 0 ? axis + axes : axis;
+    axis_ = int(axis < 0 ? axis + axes : axis);
     Shape shape = first.shape();
     shape[axis_] = 0;
     for (const Tensor* b : bottom) {

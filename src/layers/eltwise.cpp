@@ -7,16 +7,25 @@
 //         dx_i = dy prod_{j != i} x_j (the product of the others, no division, so zeros are fine)
 //   MAX:  y = max_i x_i; an int32 mask records which bottom won (the first on ties)
 //         dx_i = dy where bottom i won, else 0
+// Caffe's rules for coeff: one per bottom or none; PROD with coeff is an error; MAX accepts
+// and ignores them (Lamina says so in the log).
+// stable_prod_grad (PROD): Caffe's default true is the product of the others above; false
+// asks Caffe for dy y / x_i, one division instead of a product per other input. That is the
+// same gradient wherever x_i != 0; the Backend has no element-wise division, so Lamina
+// computes the product of the others either way, and where x_i = 0 gives its finite value
+// where Caffe's 0 / 0 gives NaN.
 // Bottom diffs are written with =. Not in place: PROD's backward needs every input.
 // In a 16-bit precision the bottoms, the top and their gradients are 16-bit, and each step
 // is rounded as it is taken: SUM's y = round(coeff_0 x_0), then y = round(y + coeff_i x_i),
 // and dx_i = round(coeff_i dy); PROD's every product; MAX selects (exact). The operations are
-// written once over the storage, T = float or uint16_t (the overloads below).
-#include <type_traits>
+// written once over the storage, T = float or uint16_t (stored.hpp).
+#include <glog/logging.h>
+
 #include <vector>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
+#include "layers/stored.hpp"
 
 namespace lamina {
 namespace {
@@ -45,16 +54,17 @@ class EltwiseLayer : public Layer {
                      first.name(), "' is ", dtype_name(first.dtype()), " and '", b->name(),
                      "' is ", dtype_name(b->dtype()));
     }
-    LAMINA_REQUIRE(op_ == EltwiseParameter::SUM || p.coeff_size() == 0, where(),
-                   "eltwise_param.coeff applies to operation SUM only, not ",
-                   EltwiseParameter::EltwiseOp_Name(op_));
     LAMINA_REQUIRE(p.coeff_size() == 0 || p.coeff_size() == int(bottom.size()), where(),
                    "eltwise_param.coeff takes one value per bottom: ", bottom.size(),
                    " bottoms, ", p.coeff_size(), " coeff values");
-    LAMINA_REQUIRE(p.stable_prod_grad(), where(), "eltwise_param.stable_prod_grad: false is "
-                   "not supported yet; remove it");
+    LAMINA_REQUIRE(op_ != EltwiseParameter::PROD || p.coeff_size() == 0, where(),
+                   "eltwise_param.coeff applies to operation SUM only, not PROD");
     coeff_.assign(bottom.size(), 1.0f);
-    for (int i = 0; i < p.coeff_size(); ++i) coeff_[i] = p.coeff(i);
+    if (op_ == EltwiseParameter::SUM) {
+      for (int i = 0; i < p.coeff_size(); ++i) coeff_[i] = p.coeff(i);
+    } else if (p.coeff_size() > 0) {
+      LOG(WARNING) << where() << "eltwise_param.coeff is ignored by operation MAX (as in Caffe)";
+    }
     top[0]->reshape(first.shape());
     storage_ = first.dtype();
     if (op_ == EltwiseParameter::MAX) mask_ = Buffer(backend_, sizeof(int32_t) * first.count());
@@ -75,19 +85,19 @@ class EltwiseLayer : public Layer {
   template <class T>
   void forward_as(const Tensors& bottom, const Tensors& top) {
     const int64_t n = top[0]->count();
-    T* y = mutable_values<T>(*top[0]);
+    T* y = mutable_values_of<T>(*top[0]);
     switch (op_) {
       case EltwiseParameter::SUM:
         for (size_t i = 0; i < bottom.size(); ++i)
-          add_scaled(n, coeff_[i], values<T>(*bottom[i]), i == 0, y);
+          add_scaled(n, coeff_[i], values_of<T>(*bottom[i]), i == 0, y);
         break;
       case EltwiseParameter::PROD:
-        mul(n, values<T>(*bottom[0]), values<T>(*bottom[1]), y);
-        for (size_t i = 2; i < bottom.size(); ++i) mul(n, y, values<T>(*bottom[i]), y);
+        mul(n, values_of<T>(*bottom[0]), values_of<T>(*bottom[1]), y);
+        for (size_t i = 2; i < bottom.size(); ++i) mul(n, y, values_of<T>(*bottom[i]), y);
         break;
       case EltwiseParameter::MAX:
         for (size_t i = 0; i < bottom.size(); ++i)
-          max_forward(n, int(i), values<T>(*bottom[i]), y);
+          max_forward(n, int(i), values_of<T>(*bottom[i]), y);
         break;
     }
   }
@@ -96,10 +106,10 @@ class EltwiseLayer : public Layer {
   void backward_as(const Tensors& top, const std::vector<bool>& propagate,
                    const Tensors& bottom) {
     const int64_t n = top[0]->count();
-    const T* dy = gradients<T>(*top[0]);
+    const T* dy = gradients_of<T>(*top[0]);
     for (size_t i = 0; i < bottom.size(); ++i) {
       if (!propagate[i]) continue;
-      T* dx = mutable_gradients<T>(*bottom[i]);
+      T* dx = mutable_gradients_of<T>(*bottom[i]);
       switch (op_) {
         case EltwiseParameter::SUM:
           add_scaled(n, coeff_[i], dy, true, dx);
@@ -108,7 +118,7 @@ class EltwiseLayer : public Layer {
           bool first = true;  // dx = dy * x_j for the first j != i, then *= x_j for the rest
           for (size_t j = 0; j < bottom.size(); ++j) {
             if (j == i) continue;
-            mul(n, first ? dy : dx, values<T>(*bottom[j]), dx);
+            mul(n, first ? dy : dx, values_of<T>(*bottom[j]), dx);
             first = false;
           }
           break;
@@ -117,40 +127,6 @@ class EltwiseLayer : public Layer {
           max_backward(n, int(i), dy, dx);
           break;
       }
-    }
-  }
-
-  // A tensor's values or gradients as T (float: FP32 storage; uint16_t: 16 bits).
-  template <class T>
-  static const T* values(const Tensor& t) {
-    if constexpr (std::is_same_v<T, float>) {
-      return t.data();
-    } else {
-      return t.half_data();
-    }
-  }
-  template <class T>
-  static T* mutable_values(Tensor& t) {
-    if constexpr (std::is_same_v<T, float>) {
-      return t.mutable_data();
-    } else {
-      return t.mutable_half_data();
-    }
-  }
-  template <class T>
-  static const T* gradients(const Tensor& t) {
-    if constexpr (std::is_same_v<T, float>) {
-      return t.diff();
-    } else {
-      return t.half_diff();
-    }
-  }
-  template <class T>
-  static T* mutable_gradients(Tensor& t) {
-    if constexpr (std::is_same_v<T, float>) {
-      return t.mutable_diff();
-    } else {
-      return t.mutable_half_diff();
     }
   }
 

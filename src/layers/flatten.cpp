@@ -1,7 +1,9 @@
-// Flatten: merges the dims axis..end_axis (inclusive) of the bottom into one.
+// Flatten: merges the dims axis..end_axis (inclusive) of the bottom into one, as Caffe's.
 //
-// (N, C, H, W) with axis 1, end_axis -1 -> (N, C*H*W). The top shares the bottom's data and
-// diff, so forward and backward move no data.
+// (N, C, H, W) with axis 1, end_axis -1 -> (N, C*H*W). Negative axes count from the end (-1
+// is the last axis). As in Caffe, end_axis may be one less than axis: the merged range is
+// empty and an axis of 1 is inserted at `axis` ((N, C) with axis 1, end_axis 0 -> (N, 1, C)).
+// The top shares the bottom's data and diff, so forward and backward move no data.
 #include "lamina/registry.hpp"
 #include "layers/view_layer.hpp"
 
@@ -23,8 +25,9 @@ class FlattenLayer : public ViewLayer {
                    " axes of bottom '", x.name(), "' ", x.shape_string());
     const int start = p.axis() < 0 ? p.axis() + axes : p.axis();
     const int end = p.end_axis() < 0 ? p.end_axis() + axes : p.end_axis();
-    LAMINA_REQUIRE(start <= end, where(), "flatten_param axis ", p.axis(),
-                   " comes after end_axis ", p.end_axis(), " for bottom ", x.shape_string());
+    LAMINA_REQUIRE(start <= end + 1, where(), "flatten_param axis ", p.axis(), " (axis ", start,
+                   ") lies more than one axis after end_axis ", p.end_axis(), " (axis ", end,
+                   ") of bottom '", x.name(), "' ", x.shape_string());
 
     Shape shape(x.shape().begin(), x.shape().begin() + start);
     shape.push_back(x.count(start, end + 1));
