@@ -83,6 +83,25 @@ const std::vector<InPlaceCase>& cases() {
       {"NegativeLogLikelihood", "NegativeLogLikelihood", {"x", "label"}, "", false, true},
       {"EuclideanLoss", "EuclideanLoss", {"x", "x2"}, "", false, true},
       {"Accuracy", "Accuracy", {"x", "label"}, "", false, true},
+      // The pointwise layers (x lies in [-3, 3]; Log and the square root shifted into their
+      // domain), PReLU and MVN.
+      {"AbsVal", "AbsVal", {"x"}, "", true},
+      {"BNLL", "BNLL", {"x"}, "", true},
+      {"Power square", "Power", {"x"}, "power_param { power: 2 scale: 0.5 shift: 1 }", true},
+      {"Power root", "Power", {"x"}, "power_param { power: 0.5 shift: 10 }", true},
+      {"Power constant gradient", "Power", {"x"}, "power_param { power: 1 scale: 2 }", true},
+      {"Exp", "Exp", {"x"}, "exp_param { base: 2 }", true},
+      {"Log", "Log", {"x"}, "log_param { shift: 10 }", true},
+      {"Threshold", "Threshold", {"x"}, "threshold_param { threshold: 0.2 }", true},
+      {"Clip", "Clip", {"x"}, "clip_param { min: -1 max: 1.5 }", true},
+      {"Swish", "Swish", {"x"}, "", true},
+      {"ELU", "ELU", {"x"}, "elu_param { alpha: 0.5 }", true},
+      {"PReLU", "PReLU", {"x"},
+       "prelu_param { filler { type: 'uniform' min: -0.5 max: 0.5 } }", true},
+      {"PReLU shared", "PReLU", {"x"}, "prelu_param { channel_shared: true }", true},
+      {"MVN", "MVN", {"x"}, "", true},
+      {"MVN of the mean across channels", "MVN", {"x"},
+       "mvn_param { normalize_variance: false across_channels: true }", true},
   };
   return all;
 }

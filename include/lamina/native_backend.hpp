@@ -178,7 +178,13 @@ class NativeBackend final : public Backend {
                             float* dx) override;
   // ---- the Caffe catalogue (backend.hpp) ----
   // pointwise and PReLU (pointwise_ops)
-
+  void pointwise_forward(const Pointwise& f, int64_t n, const float* x, float* y) override;
+  void pointwise_backward(const Pointwise& f, int64_t n, const float* x, const float* y,
+                          const float* dy, float* dx) override;
+  void prelu_forward(int64_t outer, int64_t channels, int64_t inner, const float* x,
+                     const float* slope, float* y) override;
+  void prelu_backward(int64_t outer, int64_t channels, int64_t inner, const float* x,
+                      const float* dy, const float* slope, float* dx, float* dslope) override;
   // --
   // tensor copies and reductions (tensor_ops)
 

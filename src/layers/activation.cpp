@@ -14,8 +14,10 @@ class ActivationLayer : public Layer {
  public:
   using Layer::Layer;
   std::vector<std::string> parameter_messages() const override {
+    // Sigmoid's and TanH's messages hold only Caffe's engine, a hint Lamina accepts.
     if (F == Activation::kReLU) return {"relu_param"};
-    return {};
+    if (F == Activation::kSigmoid) return {"sigmoid_param"};
+    return {"tanh_param"};
   }
   bool supports_in_place() const override { return true; }
   // ReLU's f' is whether y > 0 (the slope is >= 0); Sigmoid's and TanH's are functions of y.

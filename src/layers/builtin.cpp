@@ -26,7 +26,10 @@ void register_bias_layer();            // Bias
 void register_concat_layer();          // Concat
 void register_eltwise_layer();         // Eltwise
 // The Caffe catalogue.
-// (pointwise layers)
+void register_pointwise_layers();      // AbsVal, BNLL, Power, Exp, Log, Threshold, Clip,
+                                       // Swish, ELU
+void register_prelu_layer();           // PReLU
+void register_mvn_layer();             // MVN
 // --
 // (Caffe's losses)
 // --
@@ -57,7 +60,9 @@ void register_builtin_layers() {
   register_bias_layer();
   register_concat_layer();
   register_eltwise_layer();
-  // (pointwise layers)
+  register_pointwise_layers();
+  register_prelu_layer();
+  register_mvn_layer();
   // --
   // (Caffe's losses)
   // --
