@@ -92,9 +92,9 @@ enum class Regularization { kL2, kL1 };
 // scale) is read from a StepState in backend memory (step_state.hpp).
 struct UpdateArgs {
   UpdateRule rule = UpdateRule::kSGD;
-  float momentum = 0;        // SGD/Nesterov momentum, Adam's beta1
+  float momentum = 0;        // SGD/Nesterov momentum, Adam's beta1, AdaDelta's decay
   float momentum2 = 0.999f;  // Adam's beta2, RMSProp's decay
-  float delta = 1e-8f;       // Adam, RMSProp, AdaGrad epsilon
+  float delta = 1e-8f;       // Adam, RMSProp, AdaGrad, AdaDelta epsilon
   float weight_decay = 0;    // before decay_mult
   Regularization regularization = Regularization::kL2;
   // The weights' 16-bit copy (ParamArena::half_copy) in half_format, which the update
@@ -567,8 +567,9 @@ class Backend {
   // PReLU over x (outer, channels, inner): y = x > 0 ? x : slope[c] x. In place allowed.
   virtual void prelu_forward(int64_t outer, int64_t channels, int64_t inner, const float* x,
                              const float* slope, float* y);
-  // dx = dy * (x > 0 ? 1 : slope[c]) (dx may be dy); where dslope is not null, dslope[c] +=
-  // the sum of dy x over x <= 0 (in a fixed order). Read x before writing dx.
+  // Where dx is not null, dx = dy * (x > 0 ? 1 : slope[c]) (dx may be dy); where dslope is
+  // not null, dslope[c] += the sum of dy x over x <= 0 (in a fixed order). Reads x before
+  // writing dx.
   virtual void prelu_backward(int64_t outer, int64_t channels, int64_t inner, const float* x,
                               const float* dy, const float* slope, float* dx, float* dslope);
 
