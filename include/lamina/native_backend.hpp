@@ -190,7 +190,12 @@ class NativeBackend final : public Backend {
 
   // --
   // LRN and im2col (lrn_ops, im2col_ops)
-
+  void lrn_forward(int64_t n, int64_t c, int64_t inner, const LrnArgs& args, const float* x,
+                   float* scale, float* y) override;
+  void lrn_backward(int64_t n, int64_t c, int64_t inner, const LrnArgs& args, const float* x,
+                    const float* y, const float* scale, const float* dy, float* dx) override;
+  void im2col(const ConvGeometry& g, const float* x, float* col) override;
+  void col2im(const ConvGeometry& g, const float* col, float* dx) override;
   // --
   // Caffe's losses (caffe_loss_ops)
 

@@ -33,7 +33,10 @@ void register_mvn_layer();             // MVN
 // --
 // (Caffe's losses)
 // --
-// (LRN, Deconvolution, Im2col, SPP)
+void register_lrn_layer();            // LRN
+void register_deconvolution_layer();  // Deconvolution
+void register_im2col_layer();         // Im2col
+void register_spp_layer();            // SPP
 // --
 // (shape layers)
 // --
@@ -66,7 +69,10 @@ void register_builtin_layers() {
   // --
   // (Caffe's losses)
   // --
-  // (LRN, Deconvolution, Im2col, SPP)
+  register_lrn_layer();
+  register_deconvolution_layer();
+  register_im2col_layer();
+  register_spp_layer();
   // --
   // (shape layers)
   // --

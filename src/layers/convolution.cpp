@@ -29,53 +29,13 @@ class ConvolutionLayer : public Layer {
   void setup(const Tensors& bottom, const Tensors& top) override {
     const ConvolutionParameter& p = param_.convolution_param();
     const Tensor& x = *bottom[0];
-    require_nchw(where(), x);
-    LAMINA_REQUIRE(p.axis() == 1 || p.axis() == -3, where(), "convolution_param.axis must be 1 "
-                   "(the channels of an NCHW blob), got ", p.axis());
-    LAMINA_REQUIRE(p.has_num_output() && p.num_output() > 0, where(),
-                   "convolution_param.num_output must be set to a positive number of outputs");
-    const auto list = [](const google::protobuf::RepeatedField<uint32_t>& r) {
-      return std::vector<int64_t>(r.begin(), r.end());
-    };
-    const std::string m = "convolution_param";
-    const Extent2 kernel = spatial_setting(where(), m, "kernel_size", "kernel",
-                                           list(p.kernel_size()), p.has_kernel_h(), p.kernel_h(),
-                                           p.has_kernel_w(), p.kernel_w(), 0, true);
-    const Extent2 stride = spatial_setting(where(), m, "stride", "stride", list(p.stride()),
-                                           p.has_stride_h(), p.stride_h(), p.has_stride_w(),
-                                           p.stride_w(), 1, true);
-    const Extent2 pad = spatial_setting(where(), m, "pad", "pad", list(p.pad()), p.has_pad_h(),
-                                        p.pad_h(), p.has_pad_w(), p.pad_w(), 0, false);
-    const Extent2 dilation = spatial_setting(where(), m, "dilation", "", list(p.dilation()),
-                                             false, 0, false, 0, 1, false);
-    LAMINA_REQUIRE(kernel.h > 0 && kernel.w > 0, where(), "convolution_param.kernel_size (or "
-                   "kernel_h and kernel_w) must be given and positive, got ", kernel.h, "x",
-                   kernel.w);
-    LAMINA_REQUIRE(stride.h > 0 && stride.w > 0, where(), "convolution_param.stride must be "
-                   "positive, got ", stride.h, "x", stride.w);
-    LAMINA_REQUIRE(dilation.h > 0 && dilation.w > 0, where(), "convolution_param.dilation must "
-                   "be positive, got ", dilation.h, "x", dilation.w);
-
-    const int64_t c = x.dim(1), k = p.num_output(), groups = p.group();
-    LAMINA_REQUIRE(groups > 0 && c % groups == 0 && k % groups == 0, where(),
-                   "convolution_param.group ", groups, " must divide both the ", c,
-                   " channels of bottom '", x.name(), "' ", x.shape_string(),
-                   " and num_output ", k);
-
-    g_ = ConvGeometry{x.dim(0), c, x.dim(2), x.dim(3), k, kernel.h, kernel.w, stride.h, stride.w,
-                      pad.h, pad.w, dilation.h, dilation.w, groups, 0, 0};
-    const int64_t extent_h = dilation.h * (kernel.h - 1) + 1;
-    const int64_t extent_w = dilation.w * (kernel.w - 1) + 1;
-    LAMINA_REQUIRE(g_.h + 2 * pad.h >= extent_h && g_.w + 2 * pad.w >= extent_w, where(),
-                   "the ", extent_h, "x", extent_w, " dilated kernel does not fit in bottom '",
-                   x.name(), "' ", x.shape_string(), " padded by ", pad.h, "x", pad.w,
-                   ": the output would be empty");
-    g_.out_h = (g_.h + 2 * pad.h - extent_h) / stride.h + 1;
-    g_.out_w = (g_.w + 2 * pad.w - extent_w) / stride.w + 1;
+    const auto [win, k, groups] = conv_settings(where(), p, x);
+    const int64_t c = x.dim(1);
+    g_ = window_geometry(where(), x, win, k, groups);
 
     bias_term_ = p.bias_term();
-    add_param("weight", {k, c / groups, kernel.h, kernel.w},
-              p.has_weight_filler() ? p.weight_filler() : xavier());
+    add_param("weight", {k, c / groups, g_.kh, g_.kw},
+              p.has_weight_filler() ? p.weight_filler() : xavier_filler());
     if (bias_term_) {
       add_param("bias", {k}, p.has_bias_filler() ? p.bias_filler() : FillerParameter());
     }
@@ -121,11 +81,6 @@ class ConvolutionLayer : public Layer {
   }
 
  private:
-  static FillerParameter xavier() {
-    FillerParameter filler;
-    filler.set_type("xavier");
-    return filler;
-  }
   const float* bias() const { return bias_term_ ? params_[1].tensor->data() : nullptr; }
 
   ConvGeometry g_{};

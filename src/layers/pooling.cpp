@@ -65,8 +65,8 @@ class PoolingLayer : public Layer {
     g_ = PoolGeometry{x.dim(0), x.dim(1), x.dim(2), x.dim(3), kernel.h, kernel.w, stride.h,
                       stride.w, pad.h, pad.w, 0, 0};
     const bool ceil = p.round_mode() == PoolingParameter::CEIL;
-    g_.out_h = output_size(g_.h, kernel.h, stride.h, pad.h, ceil);
-    g_.out_w = output_size(g_.w, kernel.w, stride.w, pad.w, ceil);
+    g_.out_h = pooled_size(g_.h, kernel.h, stride.h, pad.h, ceil);
+    g_.out_w = pooled_size(g_.w, kernel.w, stride.w, pad.w, ceil);
     LAMINA_REQUIRE(g_.out_h >= 1 && g_.out_w >= 1, where(), "the ", kernel.h, "x", kernel.w,
                    " kernel does not fit in bottom '", x.name(), "' ", x.shape_string(),
                    " padded by ", pad.h, "x", pad.w, ": the output would be empty");
@@ -96,14 +96,6 @@ class PoolingLayer : public Layer {
   }
 
  private:
-  // Caffe's output size, rounded up (ceil) or down, without windows starting in the padding.
-  static int64_t output_size(int64_t in, int64_t k, int64_t stride, int64_t pad, bool ceil) {
-    const int64_t span = in + 2 * pad - k;
-    if (span < 0) return 0;
-    int64_t out = (ceil ? (span + stride - 1) / stride : span / stride) + 1;
-    if (pad > 0 && (out - 1) * stride >= in + pad) --out;
-    return out;
-  }
   int32_t* mask() const { return method_ == PoolMethod::kMax ? mask_.as<int32_t>() : nullptr; }
 
   PoolMethod method_ = PoolMethod::kMax;

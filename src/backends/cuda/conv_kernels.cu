@@ -9,8 +9,9 @@
 //   y_g (kg, out)            = W_g (kg, group_rows) col_g (group_rows, out)
 //   dcol_g (group_rows, out) = W_g^T dy_g;  dx = col2im(dcol)
 //   dW_g (kg, group_rows)   += dy_g col_g^T
-// The groups of one image are one strided-batched sgemm. col2im gathers: one thread per
-// input element sums the taps that read it, in the Native backend's order (no atomics).
+// The groups of one image are one strided-batched sgemm. im2col and col2im are
+// im2col_kernels.cu's (col2im gathers: one thread per input element sums the taps that read
+// it, in the Native backend's order, no atomics).
 // The column matrix lives in the context's workspace. In 16 bits (where cuDNN cannot) the
 // operands are widened to floats after it in the workspace, the float path runs, and the
 // results are rounded: the filter gradient of one call before it is added, as cuDNN's is.
@@ -18,63 +19,10 @@
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/im2col.hpp"
 
 namespace lamina::cuda_detail {
 namespace {
-
-// The geometry's sizes as a kernel needs them.
-struct ConvShape {
-  int64_t c, h, w, kh, kw, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
-  int64_t out_h, out_w;
-};
-
-ConvShape conv_shape(const ConvGeometry& g) {
-  return {g.c,        g.h,        g.w,          g.kh,         g.kw,    g.stride_h, g.stride_w,
-          g.pad_h,    g.pad_w,    g.dilation_h, g.dilation_w, g.out_h, g.out_w};
-}
-
-// x (c, h, w) of one image -> col (c kh kw, out_h out_w).
-__global__ void im2col_kernel(ConvShape s, const float* x, float* col) {
-  const int64_t out_plane = s.out_h * s.out_w;
-  const int64_t kernel = s.kh * s.kw;
-  LAMINA_GRID_STRIDE_LOOP(i, s.c * kernel * out_plane) {
-    const int64_t row = i / out_plane, p = i - row * out_plane;
-    const int64_t ch = row / kernel, tap = row - ch * kernel;
-    const int64_t ki = tap / s.kw, kj = tap - ki * s.kw;
-    const int64_t oh = p / s.out_w, ow = p - oh * s.out_w;
-    const int64_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
-    const int64_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
-    col[i] = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w ? x[(ch * s.h + ih) * s.w + iw] : 0.0f;
-  }
-}
-
-// dcol (c kh kw, out_h out_w) of one image -> dx (c, h, w) = the sum of the taps that read
-// each input element, taken in (ki, kj) order as the Native backend adds them.
-__global__ void col2im_kernel(ConvShape s, const float* dcol, float* dx) {
-  const int64_t out_plane = s.out_h * s.out_w;
-  LAMINA_GRID_STRIDE_LOOP(i, s.c * s.h * s.w) {
-    const int64_t ch = i / (s.h * s.w), pixel = i - ch * s.h * s.w;
-    const int64_t ih = pixel / s.w, iw = pixel - ih * s.w;
-    float sum = 0.0f;
-    for (int64_t ki = 0; ki < s.kh; ++ki) {
-      const int64_t h_off = ih + s.pad_h - ki * s.dilation_h;  // oh stride_h, if a tap reads it
-      if (h_off < 0) break;  // decreases with ki
-      if (h_off % s.stride_h != 0) continue;
-      const int64_t oh = h_off / s.stride_h;
-      if (oh >= s.out_h) continue;
-      for (int64_t kj = 0; kj < s.kw; ++kj) {
-        const int64_t w_off = iw + s.pad_w - kj * s.dilation_w;
-        if (w_off < 0) break;
-        if (w_off % s.stride_w != 0) continue;
-        const int64_t ow = w_off / s.stride_w;
-        if (ow >= s.out_w) continue;
-        sum += dcol[((ch * s.kh + ki) * s.kw + kj) * out_plane + oh * s.out_w + ow];
-      }
-    }
-    dx[i] = sum;
-  }
-}
 
 cublasOperation_t blas_op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
@@ -121,14 +69,11 @@ void CudaBackend::im2col_conv_forward(const ConvGeometry& g, const float* x,
                                       const float* weight, float* y) {
   const cudaStream_t s = on_device();
   const Im2colDims d = im2col_dims(g);
-  const ConvShape shape = conv_shape(g);
   for (int64_t i = 0; i < g.n; ++i) {
     const float* col = x + i * d.in_image;
     if (!d.pointwise) {
       float* scratch = static_cast<float*>(context_.workspace(sizeof(float) * d.col_floats));
-      im2col_kernel<<<elementwise_grid(d.col_floats), kBlock, 0, s>>>(shape, x + i * d.in_image,
-                                                                       scratch);
-      LAMINA_CUDA_LAUNCHED(im2col_kernel);
+      launch_im2col(s, g, g.c, x + i * d.in_image, scratch);
       col = scratch;
     }
     strided_gemm(context_.blas(), math(), false, false, d.kg, d.out_plane, d.group_rows, 1.0f,
@@ -142,7 +87,6 @@ void CudaBackend::im2col_conv_backward_data(const ConvGeometry& g, const float* 
                                             const float* dy, float* dx) {
   const cudaStream_t s = on_device();
   const Im2colDims d = im2col_dims(g);
-  const ConvShape shape = conv_shape(g);
   for (int64_t i = 0; i < g.n; ++i) {
     float* dcol = d.pointwise
                       ? dx + i * d.in_image
@@ -152,9 +96,7 @@ void CudaBackend::im2col_conv_backward_data(const ConvGeometry& g, const float* 
                  d.kg * d.out_plane, 0.0f, dcol, d.out_plane, d.group_rows * d.out_plane,
                  g.groups);
     if (d.pointwise) continue;
-    col2im_kernel<<<elementwise_grid(d.in_image), kBlock, 0, s>>>(shape, dcol,
-                                                                  dx + i * d.in_image);
-    LAMINA_CUDA_LAUNCHED(col2im_kernel);
+    launch_col2im(s, g, g.c, dcol, dx + i * d.in_image);
   }
 }
 
@@ -162,14 +104,11 @@ void CudaBackend::im2col_conv_backward_filter(const ConvGeometry& g, const float
                                               const float* dy, float* dweight) {
   const cudaStream_t s = on_device();
   const Im2colDims d = im2col_dims(g);
-  const ConvShape shape = conv_shape(g);
   for (int64_t i = 0; i < g.n; ++i) {
     const float* col = x + i * d.in_image;
     if (!d.pointwise) {
       float* scratch = static_cast<float*>(context_.workspace(sizeof(float) * d.col_floats));
-      im2col_kernel<<<elementwise_grid(d.col_floats), kBlock, 0, s>>>(shape, x + i * d.in_image,
-                                                                       scratch);
-      LAMINA_CUDA_LAUNCHED(im2col_kernel);
+      launch_im2col(s, g, g.c, x + i * d.in_image, scratch);
       col = scratch;
     }
     strided_gemm(context_.blas(), math(), false, true, d.kg, d.group_rows, d.out_plane, 1.0f,

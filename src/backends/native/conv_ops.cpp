@@ -32,12 +32,15 @@
 #include <vector>
 
 #include "lamina/native_backend.hpp"
+#include "im2col.hpp"
 #include "parallel.hpp"
 #include "products.hpp"
 
 namespace lamina {
 namespace {
 
+using native::col2im_channel;
+using native::im2col_channel;
 using native::parallel_rows;
 using native::Scratch;
 using native::scratch;
@@ -80,78 +83,6 @@ ConvDims conv_dims(const ConvGeometry& g) {
       std::clamp<int64_t>(std::min(kBatchColumns / d.out_plane, kColumnBudget / per_image), 1,
                           std::max<int64_t>(g.n, 1));
   return d;
-}
-
-// The output positions [lo, hi) of one axis whose input coordinate o stride + offset lies
-// in [0, size); the others read padding.
-struct Span {
-  int64_t lo, hi;
-};
-Span valid_span(int64_t offset, int64_t stride, int64_t size, int64_t out) {
-  int64_t lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
-  int64_t hi = size - offset <= 0 ? 0 : (size - offset - 1) / stride + 1;
-  lo = std::min(lo, out);
-  hi = std::clamp(hi, lo, out);
-  return {lo, hi};
-}
-
-// The kernel rows of one input channel: col (kernel, out_h out_w) with leading dimension
-// ld, from x_plane (h, w).
-void im2col_channel(const ConvGeometry& g, const float* x_plane, float* col, int64_t ld) {
-  for (int64_t ki = 0; ki < g.kh; ++ki) {
-    const int64_t offset_h = ki * g.dilation_h - g.pad_h;
-    for (int64_t kj = 0; kj < g.kw; ++kj) {
-      const int64_t offset_w = kj * g.dilation_w - g.pad_w;
-      const Span cols = valid_span(offset_w, g.stride_w, g.w, g.out_w);
-      float* row = col + (ki * g.kw + kj) * ld;
-      for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        float* r = row + oh * g.out_w;
-        const int64_t ih = oh * g.stride_h + offset_h;
-        if (ih < 0 || ih >= g.h) {
-          std::fill_n(r, g.out_w, 0.0f);
-          continue;
-        }
-        // Rows are short (out_w): plain loops beat memcpy/memset calls. src: the input
-        // pixel of output column cols.lo.
-        const float* src = x_plane + ih * g.w + cols.lo * g.stride_w + offset_w;
-        const int64_t count = cols.hi - cols.lo;
-        for (int64_t ow = 0; ow < cols.lo; ++ow) r[ow] = 0.0f;
-        float* dst = r + cols.lo;
-        if (g.stride_w == 1) {
-#pragma GCC ivdep
-          for (int64_t j = 0; j < count; ++j) dst[j] = src[j];
-        } else {
-          for (int64_t j = 0; j < count; ++j) dst[j] = src[j * g.stride_w];
-        }
-        for (int64_t ow = cols.hi; ow < g.out_w; ++ow) r[ow] = 0.0f;
-      }
-    }
-  }
-}
-
-// The reverse of im2col_channel: dx_plane (h, w) += every tap of col that reads it.
-void col2im_channel(const ConvGeometry& g, const float* col, int64_t ld, float* dx_plane) {
-  for (int64_t ki = 0; ki < g.kh; ++ki) {
-    const int64_t offset_h = ki * g.dilation_h - g.pad_h;
-    for (int64_t kj = 0; kj < g.kw; ++kj) {
-      const int64_t offset_w = kj * g.dilation_w - g.pad_w;
-      const Span cols = valid_span(offset_w, g.stride_w, g.w, g.out_w);
-      const float* row = col + (ki * g.kw + kj) * ld;
-      for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        const int64_t ih = oh * g.stride_h + offset_h;
-        if (ih < 0 || ih >= g.h) continue;
-        const float* src = row + oh * g.out_w + cols.lo;
-        float* dst = dx_plane + ih * g.w + cols.lo * g.stride_w + offset_w;
-        const int64_t count = cols.hi - cols.lo;
-        if (g.stride_w == 1) {
-#pragma GCC ivdep
-          for (int64_t j = 0; j < count; ++j) dst[j] += src[j];
-        } else {
-          for (int64_t j = 0; j < count; ++j) dst[j * g.stride_w] += src[j];
-        }
-      }
-    }
-  }
 }
 
 // col (c kernel, images out_plane) with the columns of images x0[0..images) side by side.
