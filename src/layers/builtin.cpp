@@ -29,6 +29,11 @@ void register_eltwise_layer();         // Eltwise
 // (pointwise layers)
 // --
 // (Caffe's losses)
+void register_sigmoid_cross_entropy_loss_layer();  // SigmoidCrossEntropyLoss
+void register_hinge_loss_layer();                  // HingeLoss
+void register_multinomial_logistic_loss_layer();   // MultinomialLogisticLoss
+void register_contrastive_loss_layer();            // ContrastiveLoss
+void register_infogain_loss_layer();               // InfogainLoss
 // --
 // (LRN, Deconvolution, Im2col, SPP)
 // --
@@ -60,6 +65,11 @@ void register_builtin_layers() {
   // (pointwise layers)
   // --
   // (Caffe's losses)
+  register_sigmoid_cross_entropy_loss_layer();
+  register_hinge_loss_layer();
+  register_multinomial_logistic_loss_layer();
+  register_contrastive_loss_layer();
+  register_infogain_loss_layer();
   // --
   // (LRN, Deconvolution, Im2col, SPP)
   // --
