@@ -57,7 +57,7 @@ std::vector<LayerCase> layer_cases() {
           .inplace().kink(0.011f),
       LayerCase("Sigmoid", "type: 'Sigmoid'", {{3, 4}}),
       LayerCase("TanH", "type: 'TanH'", {{3, 4}}),
-      // Rows N = 3 of 4 columns.
+      // Over the channels (axis 1, C = 2) at each of the 3 x 2 positions, as Caffe.
       LayerCase("Softmax", "type: 'Softmax'", {{3, 2, 2}}),
       LayerCase("LogSoftmax", "type: 'LogSoftmax'", {{3, 4}}),
       // Scores (N, C), labels (N) in [0, C); with ignore_label rows 1 and 4 are ignored.

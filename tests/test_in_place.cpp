@@ -36,7 +36,9 @@ NativeBackend& native() {
 struct InPlaceCase {
   std::string label;                 // for messages; also tells cases of one type apart
   std::string type;                  // the registered type
-  std::vector<std::string> bottoms;  // from "x" (2, 3, 4, 4), "x2" (same shape), "label" (2)
+  // From "x" (2, 3, 4, 4), "x2" (same shape), "label" (2), "target" and "pair" (2, 1),
+  // "label_map" (2, 4, 4: a label per position of x's class axis) and "h" (3, 3).
+  std::vector<std::string> bottoms;
   std::string settings;              // the layer's *_param text ("" for none)
   bool in_place;                     // whether the type supports in place
   bool loss = false;                 // the layer's top is the loss (no head)
@@ -79,10 +81,15 @@ const std::vector<InPlaceCase>& cases() {
       {"Eltwise SUM", "Eltwise", {"x", "x2"}, "", false},
       {"Eltwise PROD", "Eltwise", {"x", "x2"}, "eltwise_param { operation: PROD }", false},
       {"Eltwise MAX", "Eltwise", {"x", "x2"}, "eltwise_param { operation: MAX }", false},
-      {"SoftmaxWithLoss", "SoftmaxWithLoss", {"x", "label"}, "", false, true},
+      {"SoftmaxWithLoss", "SoftmaxWithLoss", {"x", "label_map"}, "", false, true},
       {"NegativeLogLikelihood", "NegativeLogLikelihood", {"x", "label"}, "", false, true},
       {"EuclideanLoss", "EuclideanLoss", {"x", "x2"}, "", false, true},
-      {"Accuracy", "Accuracy", {"x", "label"}, "", false, true},
+      {"Accuracy", "Accuracy", {"x", "label_map"}, "", false, true},
+      {"SigmoidCrossEntropyLoss", "SigmoidCrossEntropyLoss", {"x", "x2"}, "", false, true},
+      {"HingeLoss", "HingeLoss", {"x", "label"}, "", false, true},
+      {"MultinomialLogisticLoss", "MultinomialLogisticLoss", {"x", "label"}, "", false, true},
+      {"ContrastiveLoss", "ContrastiveLoss", {"target", "pair", "label"}, "", false, true},
+      {"InfogainLoss", "InfogainLoss", {"x", "label_map", "h"}, "", false, true},
       // The pointwise layers (x lies in [-3, 3]; Log and the square root shifted into their
       // domain), PReLU and MVN.
       {"AbsVal", "AbsVal", {"x"}, "", true},
@@ -110,18 +117,20 @@ const std::vector<InPlaceCase>& cases() {
 const std::set<std::string> kNoBottoms = {"Input", "MnistData"};
 
 // Two Inputs, and a learnable Scale in front of each data blob, so that x and x2 get
-// gradients: x, x2 (2, 3, 4, 4), label (2) with values 1 and 3, target (2, 1).
+// gradients: x, x2 (2, 3, 4, 4), label (2) with values 1 and 3, target (2, 1); and pair
+// (2, 1), label_map (2, 4, 4) and h (3, 3), zeros (only losses read them, in cases not run).
 const char kPrelude[] = R"(name: 'in_place'
 layer { name: 'data' type: 'Input' top: 'data' top: 'data2'
         input_param { shape { dim: 2 dim: 3 dim: 4 dim: 4 } } }
-layer { name: 'labels' type: 'Input' top: 'label' top: 'target'
-        input_param { shape { dim: 2 } shape { dim: 2 dim: 1 } } }
+layer { name: 'labels' type: 'Input' top: 'label' top: 'target' top: 'pair' top: 'label_map'
+        top: 'h' input_param { shape { dim: 2 } shape { dim: 2 dim: 1 } shape { dim: 2 dim: 1 }
+                               shape { dim: 2 dim: 4 dim: 4 } shape { dim: 3 dim: 3 } } }
 layer { name: 'pre' type: 'Scale' bottom: 'data' top: 'x'
         scale_param { num_axes: -1 filler { type: 'uniform' min: -1.5 max: 1.5 } } }
 layer { name: 'pre2' type: 'Scale' bottom: 'data2' top: 'x2'
         scale_param { num_axes: -1 filler { type: 'uniform' min: -1.5 max: 1.5 } } }
 )";
-constexpr int kLayerLine = 10;  // the first line after the prelude
+constexpr int kLayerLine = 11;  // the first line after the prelude
 
 // A Linear head on `top` and a Euclidean loss.
 std::string head(const std::string& top) {

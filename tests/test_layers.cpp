@@ -385,14 +385,25 @@ std::vector<double> softmax_reference(const std::vector<float>& x, int64_t rows,
 
 TEST_F(LayerTest, SoftmaxForward) {
   auto softmax = make("name: 'sm' type: 'Softmax'");
-  // Rows are dim 0; the other dims (3, 2) form the 6 columns.
+  // Caffe's meaning: the class axis is 1 (C = 3), and each (n, w) of (N, C, W) = (2, 3, 2) is
+  // a softmax of its own over the 3 channels. The classes of (n, w) are at n 6 + c 2 + w.
   Tensor* x = tensor({2, 3, 2}, "x", {1, 2, 3, 0, -1, 0.5f, 10, 10, 10, 10, 10, 10});
   Tensor* y = output();
   setup_standalone(*softmax, {x}, {y}, 1);
   softmax->forward({x}, {y});
   EXPECT_EQ(y->shape(), x->shape());
-  expect_near(data(y), softmax_reference(data(x), 2, 6, false));
-  for (int c = 6; c < 12; ++c) EXPECT_NEAR(data(y)[c], 1.0 / 6, 1e-6);
+  const std::vector<float> v = data(x);
+  std::vector<float> rows;  // (n, w) rows of 3 classes
+  for (int n = 0; n < 2; ++n)
+    for (int w = 0; w < 2; ++w)
+      for (int c = 0; c < 3; ++c) rows.push_back(v[n * 6 + c * 2 + w]);
+  const std::vector<double> p = softmax_reference(rows, 4, 3, false);
+  std::vector<double> expected(12);
+  for (int n = 0; n < 2; ++n)
+    for (int w = 0; w < 2; ++w)
+      for (int c = 0; c < 3; ++c) expected[n * 6 + c * 2 + w] = p[(n * 2 + w) * 3 + c];
+  expect_near(data(y), expected);
+  for (int c = 6; c < 12; ++c) EXPECT_NEAR(data(y)[c], 1.0 / 3, 1e-6);
 }
 
 TEST_F(LayerTest, LogSoftmaxForward) {

@@ -198,7 +198,36 @@ class NativeBackend final : public Backend {
   void col2im(const ConvGeometry& g, const float* col, float* dx) override;
   // --
   // Caffe's losses (caffe_loss_ops)
-
+  // (transpose, of the tensor group, is the softmax layers' over an axis: transpose_ops)
+  void transpose(int64_t outer, int64_t rows, int64_t cols, const float* x, float* y) override;
+  void sigmoid_cross_entropy_forward(int64_t n, const float* x, const float* target,
+                                     const LossOptions& options, float* loss,
+                                     float* norm) override;
+  void sigmoid_cross_entropy_backward(int64_t n, const float* x, const float* target,
+                                      const LossOptions& options, const float* norm,
+                                      const float* dloss, float* dx) override;
+  void hinge_loss_forward(int64_t rows, int64_t cols, int p, const float* x,
+                          const float* labels, float* margin, float* loss) override;
+  void hinge_loss_backward(int64_t rows, int64_t cols, int p, const float* margin,
+                           const float* labels, const float* dloss, float* dx) override;
+  void contrastive_loss_forward(int64_t rows, int64_t cols, float margin, bool legacy,
+                                const float* a, const float* b, const float* similar,
+                                float* diff, float* dist_sq, float* loss) override;
+  void contrastive_loss_backward(int64_t rows, int64_t cols, float margin, bool legacy,
+                                 float sign, const float* diff, const float* dist_sq,
+                                 const float* similar, const float* dloss, float* dx) override;
+  void multinomial_logistic_loss_forward(int64_t rows, int64_t cols, const float* prob,
+                                         const float* labels, float* loss) override;
+  void multinomial_logistic_loss_backward(int64_t rows, int64_t cols, const float* prob,
+                                          const float* labels, const float* dloss,
+                                          float* dx) override;
+  void infogain_loss_forward(int64_t rows, int64_t cols, const float* prob, const float* labels,
+                             const float* infogain, const LossOptions& options, float* loss,
+                             float* norm) override;
+  void infogain_loss_backward(int64_t rows, int64_t cols, const float* prob,
+                              const float* labels, const float* infogain,
+                              const LossOptions& options, const float* norm,
+                              const float* dloss, float* dx) override;
   // --
   bool supports(Operation) const override { return true; }  // every optional operation
   bool supports_math(Math) const override { return true; }  // TF32 by rounding (products.hpp)

@@ -32,6 +32,11 @@ void register_prelu_layer();           // PReLU
 void register_mvn_layer();             // MVN
 // --
 // (Caffe's losses)
+void register_sigmoid_cross_entropy_loss_layer();  // SigmoidCrossEntropyLoss
+void register_hinge_loss_layer();                  // HingeLoss
+void register_multinomial_logistic_loss_layer();   // MultinomialLogisticLoss
+void register_contrastive_loss_layer();            // ContrastiveLoss
+void register_infogain_loss_layer();               // InfogainLoss
 // --
 void register_lrn_layer();            // LRN
 void register_deconvolution_layer();  // Deconvolution
@@ -68,6 +73,11 @@ void register_builtin_layers() {
   register_mvn_layer();
   // --
   // (Caffe's losses)
+  register_sigmoid_cross_entropy_loss_layer();
+  register_hinge_loss_layer();
+  register_multinomial_logistic_loss_layer();
+  register_contrastive_loss_layer();
+  register_infogain_loss_layer();
   // --
   register_lrn_layer();
   register_deconvolution_layer();

@@ -1,14 +1,26 @@
 // Shared by the layers that take class scores and labels (SoftmaxWithLoss,
-// NegativeLogLikelihood, Accuracy).
+// NegativeLogLikelihood, Accuracy, and Caffe's losses).
 #pragma once
 
 #include <string>
 
 #include "lamina/backend.hpp"
+#include "lamina/layer.hpp"
 #include "lamina/tensor.hpp"
 #include "lamina.pb.h"
 
 namespace lamina {
+
+// The frame of a loss of scores and labels (or targets): two bottoms, the loss as top 0,
+// no gradient to the labels.
+class LabelledLoss : public Layer {
+ public:
+  using Layer::Layer;
+  int min_bottoms() const override { return 2; }
+  int max_bottoms() const override { return 2; }
+  bool is_loss() const override { return true; }
+  bool accepts_gradient(int bottom_index) const override { return bottom_index == 0; }
+};
 
 // scores (N, C...) viewed as (rows = N, cols = the count after N).
 struct ScoreShape {
@@ -29,11 +41,22 @@ inline ScoreShape check_scores_and_labels(const std::string& where, const char* 
   return s;
 }
 
-inline LossOptions loss_options(const LossParameter& p) {
+// loss_param as LossOptions: ignore_label, and the normalization, or where it is not set
+// Caffe's older `normalize` (true: VALID, false: BATCH_SIZE), or else `unset` (VALID for
+// most losses; Caffe 1.0's SigmoidCrossEntropyLoss takes BATCH_SIZE). The caller sets
+// options.batch where BATCH_SIZE divides by less than the rows.
+inline LossOptions loss_options(const LossParameter& p,
+                                LossParameter::NormalizationMode unset = LossParameter::VALID) {
   LossOptions options;
   options.has_ignore_label = p.has_ignore_label();
   options.ignore_label = p.ignore_label();
-  switch (p.normalization()) {
+  LossParameter::NormalizationMode mode = unset;
+  if (p.has_normalization()) {
+    mode = p.normalization();
+  } else if (p.has_normalize()) {
+    mode = p.normalize() ? LossParameter::VALID : LossParameter::BATCH_SIZE;
+  }
+  switch (mode) {
     case LossParameter::FULL: options.normalization = Normalization::kFull; break;
     case LossParameter::VALID: options.normalization = Normalization::kValid; break;
     case LossParameter::BATCH_SIZE: options.normalization = Normalization::kBatchSize; break;

@@ -1,69 +1,69 @@
-// SoftmaxWithLoss: softmax over each row of the scores followed by cross-entropy.
+// SoftmaxWithLoss: softmax over the class axis of the scores followed by cross-entropy.
 //
-// bottom 0: scores (N, C...), viewed as (N, C) with C = the count of the dims after N.
-// bottom 1: labels, N class indices stored as floats (any shape with N elements).
-// top 0:    the loss, a scalar (shape ()), = -sum_n log prob[n, label_n] / norm.
-// top 1:    optional, the probabilities (N, C...).
-// loss_param: ignore_label (rows with that label count for nothing), normalization (FULL,
-// VALID, BATCH_SIZE, NONE). The normaliser stays on the device in norm_; backward reads the
-// loss weight from top 0's diff (set by the net), so nothing is read back to the host.
+// bottom 0: scores, viewed as (outer, C, inner) around softmax_param.axis (default 1; Caffe's
+//           meaning: (N, C, H, W) is a softmax over C at each (n, h, w); class_rows.hpp).
+// bottom 1: labels, outer * inner class indices stored as floats (any shape with that count).
+// top 0:    the loss, a scalar (shape ()), = -sum over positions of log prob[label] / norm.
+// top 1:    optional, the probabilities (the scores' shape).
+// loss_param: ignore_label (positions with that label count for nothing), normalization
+// (FULL and VALID count positions, BATCH_SIZE divides by outer, NONE), or Caffe's older
+// normalize where normalization is not set. The normaliser stays on the device in norm_;
+// backward reads the loss weight from top 0's diff (set by the net), so nothing is read back
+// to the host.
 #include <memory>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
+#include "layers/class_rows.hpp"
 #include "layers/classification.hpp"
 
 namespace lamina {
 namespace {
 
-class SoftmaxWithLossLayer : public Layer {
+class SoftmaxWithLossLayer : public LabelledLoss {
  public:
-  using Layer::Layer;
-  std::vector<std::string> parameter_messages() const override { return {"loss_param"}; }
+  using LabelledLoss::LabelledLoss;
+  std::vector<std::string> parameter_messages() const override {
+    return {"loss_param", "softmax_param"};
+  }
 
-  int min_bottoms() const override { return 2; }
-  int max_bottoms() const override { return 2; }
   int max_tops() const override { return 2; }
-  bool is_loss() const override { return true; }
-  bool accepts_gradient(int bottom_index) const override { return bottom_index == 0; }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const Tensor& scores = *bottom[0];
-    const ScoreShape shape = check_scores_and_labels(where(), "scores", scores, *bottom[1]);
-    rows_ = shape.rows;
-    cols_ = shape.cols;
+    axis_ = class_axis(where(), "softmax_param.axis", param_.softmax_param().axis(), scores);
+    check_position_labels(where(), scores, axis_, *bottom[1]);
     options_ = loss_options(param_.loss_param());
-
+    options_.batch = axis_.outer;
+    rows_.setup(backend_, axis_, where(), name() + "/prob", scores, top);
     top[0]->reshape({});
-    if (top.size() > 1) {
-      top[1]->reshape(scores.shape());
-    } else {
-      prob_ = std::make_unique<Tensor>(backend_, scores.shape(), name() + "/prob");
-    }
     norm_ = std::make_unique<Tensor>(backend_, Shape{1}, name() + "/norm");
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
-    backend_.softmax_cross_entropy_forward(rows_, cols_, bottom[0]->data(), bottom[1]->data(),
-                                           options_, prob(top).mutable_data(),
+    backend_.softmax_cross_entropy_forward(axis_.rows(), axis_.classes,
+                                           rows_.values(bottom[0]->data()), bottom[1]->data(),
+                                           options_, rows_.probabilities(top).mutable_data(),
                                            top[0]->mutable_data(), norm_->mutable_data());
+    rows_.put_probabilities(top);
   }
 
   // The probabilities in top 1 are an output only: their diff is not propagated.
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
-    backend_.softmax_cross_entropy_backward(rows_, cols_, prob(top).data(), bottom[1]->data(),
+    float* dx = bottom[0]->mutable_diff();
+    backend_.softmax_cross_entropy_backward(axis_.rows(), axis_.classes,
+                                            rows_.probabilities(top).data(), bottom[1]->data(),
                                             options_, norm_->data(), top[0]->diff(),
-                                            bottom[0]->mutable_diff());
+                                            rows_.grads_out(dx));
+    rows_.put_grads(dx);
   }
 
  private:
-  Tensor& prob(const Tensors& top) { return top.size() > 1 ? *top[1] : *prob_; }
-
-  int64_t rows_ = 0, cols_ = 0;  // (N, C)
+  ClassAxis axis_;  // (outer, C, inner)
+  LossRows rows_;  // the scores, their gradient and the probabilities as rows
   LossOptions options_;
-  std::unique_ptr<Tensor> prob_;  // (N, C...) when there is no top 1
   std::unique_ptr<Tensor> norm_;  // (1) the loss's divisor
 };
 

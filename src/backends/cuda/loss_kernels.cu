@@ -12,24 +12,10 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/loss_util.cuh"
 
 namespace lamina::cuda_detail {
 namespace {
-
-constexpr int kFinishBlock = 256;     // threads of the one-block kernels that finish a sum
-constexpr unsigned kMaxPartials = 1024;  // blocks of a grid-wide partial sum
-
-// What a loss is divided by (LossParameter.normalization); at least 1.
-__device__ float loss_normalizer(Normalization mode, int64_t rows, int64_t valid) {
-  int64_t norm = 1;
-  switch (mode) {
-    case Normalization::kFull:
-    case Normalization::kBatchSize: norm = rows; break;
-    case Normalization::kValid: norm = valid; break;
-    case Normalization::kNone: norm = 1; break;
-  }
-  return static_cast<float>(norm > 1 ? norm : 1);
-}
 
 // ---- softmax + cross-entropy ----
 
@@ -67,30 +53,10 @@ __global__ void softmax_cross_entropy_rows_kernel(int64_t rows, int64_t cols, co
   }
 }
 
-// By the whole (one) block: loss[0] = sum(row_loss) / norm, norm[0] = norm, summed in a
-// fixed order.
-__device__ void finish_loss(int64_t rows, const double* row_loss, const float* labels,
-                            bool has_ignore_label, int ignore_label, Normalization mode,
-                            float* loss, float* norm) {
-  double total = 0;
-  long long valid = 0;
-  LAMINA_THREAD_STRIDE_LOOP(r, rows) {
-    total += row_loss[r];
-    valid += !is_ignored(has_ignore_label, ignore_label, labels[r]);
-  }
-  total = block_sum(total);
-  valid = block_sum(valid);
-  if (threadIdx.x == 0) {
-    const float normalizer = loss_normalizer(mode, rows, valid);
-    loss[0] = static_cast<float>(total / normalizer);
-    norm[0] = normalizer;
-  }
-}
-
+// One block: the loss from the rows' losses (loss_util.cuh).
 __global__ void finish_loss_kernel(int64_t rows, const double* row_loss, const float* labels,
-                                   bool has_ignore_label, int ignore_label,
-                                   Normalization mode, float* loss, float* norm) {
-  finish_loss(rows, row_loss, labels, has_ignore_label, ignore_label, mode, loss, norm);
+                                   LossOptions options, float* loss, float* norm) {
+  finish_loss(rows, row_loss, labels, options, loss, norm);
 }
 
 // Small batches in one launch (rows <= kFusedLossRows, cols <= kFusedLossCols, rows * cols
@@ -103,14 +69,13 @@ __global__ void finish_loss_kernel(int64_t rows, const double* row_loss, const f
 constexpr int64_t kFusedLossRows = 64, kFusedLossCols = 1024, kFusedLossValues = 1 << 16;
 
 __global__ void softmax_cross_entropy_fused_kernel(int64_t rows, int64_t cols, const float* x,
-                                                   const float* labels, bool has_ignore_label,
-                                                   int ignore_label, Normalization mode,
+                                                   const float* labels, LossOptions options,
                                                    float* prob, float* loss, float* norm) {
   __shared__ double row_loss[kFusedLossRows];
   const int64_t lane = threadIdx.x & 31u, warps = blockDim.x >> 5;
   for (int64_t r = threadIdx.x >> 5; r < rows; r += warps) {
     const float* xr = x + r * cols;
-    const bool valid = !is_ignored(has_ignore_label, ignore_label, labels[r]);
+    const bool valid = !is_ignored(options.has_ignore_label, options.ignore_label, labels[r]);
     const float x_label = label_score(cols, xr, labels[r], valid);
     const RowSoftmaxStats stats = warp_softmax_stats(cols, xr);
     __syncwarp();  // every lane has read x_label before prob (which may be x) is written
@@ -119,7 +84,7 @@ __global__ void softmax_cross_entropy_fused_kernel(int64_t rows, int64_t cols, c
     if (lane == 0) row_loss[r] = value;
   }
   __syncthreads();
-  finish_loss(rows, row_loss, labels, has_ignore_label, ignore_label, mode, loss, norm);
+  finish_loss(rows, row_loss, labels, options, loss, norm);
 }
 
 // dx = (prob - onehot(label)) * dloss[0] / norm[0]; ignored rows get 0.
@@ -145,13 +110,12 @@ __global__ void softmax_cross_entropy_backward_kernel(int64_t rows, int64_t cols
 
 // One block: loss[0] = -sum logp[label] / norm over non-ignored rows, norm[0] = norm.
 __global__ void nll_loss_forward_kernel(int64_t rows, int64_t cols, const float* logp,
-                                        const float* labels, bool has_ignore_label,
-                                        int ignore_label, Normalization mode, float* loss,
+                                        const float* labels, LossOptions options, float* loss,
                                         float* norm) {
   double total = 0;
   long long valid = 0;
   LAMINA_THREAD_STRIDE_LOOP(r, rows) {
-    if (is_ignored(has_ignore_label, ignore_label, labels[r])) continue;
+    if (is_ignored(options.has_ignore_label, options.ignore_label, labels[r])) continue;
     const int64_t label = class_index(labels[r], cols);
     total -= label >= 0 ? logp[r * cols + label] : NAN;
     ++valid;
@@ -159,7 +123,8 @@ __global__ void nll_loss_forward_kernel(int64_t rows, int64_t cols, const float*
   total = block_sum(total);
   valid = block_sum(valid);
   if (threadIdx.x == 0) {
-    const float normalizer = loss_normalizer(mode, rows, valid);
+    const float normalizer =
+        loss_normalizer(options.normalization, options.batch, rows, valid);
     loss[0] = static_cast<float>(total / normalizer);
     norm[0] = normalizer;
   }
@@ -261,9 +226,8 @@ void CudaBackend::softmax_cross_entropy_forward(int64_t rows, int64_t cols, cons
   if (rows > 0 && cols > 0 && rows <= kFusedLossRows && cols <= kFusedLossCols &&
       rows * cols <= kFusedLossValues) {
     const unsigned threads = static_cast<unsigned>(std::min<int64_t>(rows * 32, 1024));
-    softmax_cross_entropy_fused_kernel<<<1, threads, 0, s>>>(
-        rows, cols, x, labels, options.has_ignore_label, options.ignore_label,
-        options.normalization, prob, loss, norm);
+    softmax_cross_entropy_fused_kernel<<<1, threads, 0, s>>>(rows, cols, x, labels, options,
+                                                             prob, loss, norm);
     LAMINA_CUDA_LAUNCHED(softmax_cross_entropy_fused_kernel);
     return;
   }
@@ -275,9 +239,7 @@ void CudaBackend::softmax_cross_entropy_forward(int64_t rows, int64_t cols, cons
   } else if (rows > 0) {
     LAMINA_CUDA_CHECK(cudaMemsetAsync(row_loss, 0, sizeof(double) * rows, s));
   }
-  finish_loss_kernel<<<1, kFinishBlock, 0, s>>>(rows, row_loss, labels,
-                                                options.has_ignore_label, options.ignore_label,
-                                                options.normalization, loss, norm);
+  finish_loss_kernel<<<1, kFinishBlock, 0, s>>>(rows, row_loss, labels, options, loss, norm);
   LAMINA_CUDA_LAUNCHED(finish_loss_kernel);
 }
 
@@ -297,10 +259,8 @@ void CudaBackend::nll_loss_forward(int64_t rows, int64_t cols, const float* logp
                                    const float* labels, const LossOptions& options,
                                    float* loss, float* norm) {
   const cudaStream_t s = on_device();
-  nll_loss_forward_kernel<<<1, kFinishBlock, 0, s>>>(rows, cols, logp, labels,
-                                                     options.has_ignore_label,
-                                                     options.ignore_label,
-                                                     options.normalization, loss, norm);
+  nll_loss_forward_kernel<<<1, kFinishBlock, 0, s>>>(rows, cols, logp, labels, options, loss,
+                                                     norm);
   LAMINA_CUDA_LAUNCHED(nll_loss_forward_kernel);
 }
 

@@ -30,6 +30,7 @@
 #include "lamina/counter_rng.hpp"
 #include "lamina/rounding.hpp"
 #include "half_rounding.hpp"
+#include "loss_labels.hpp"
 #include "parallel.hpp"
 #include "products.hpp"
 
@@ -45,39 +46,15 @@ using native::parallel_for;
 using native::parallel_ranges;
 using native::parallel_rows;
 using native::scale_output;
+// Labels and normalisers, shared with caffe_loss_ops.cpp (loss_labels.hpp).
+using native::bad_label;
+using native::class_index;
+using native::is_ignored;
+using native::loss_normalizer;
+using native::serial_sum;
 
 CBLAS_TRANSPOSE cblas_transpose(Transpose t) {
   return t == Transpose::kNo ? CblasNoTrans : CblasTrans;
-}
-
-// Labels are class indices stored as floats; the integer part counts, as a cast to int would
-// take it (without a cast's undefined behaviour for NaN or huge values).
-bool is_ignored(const LossOptions& options, float label) {
-  return options.has_ignore_label && std::trunc(label) == double(options.ignore_label);
-}
-
-// A label's class index, or -1 when it names none of the cols classes (negative, NaN, or
-// past the last class: scores with fewer outputs than the data has classes).
-int64_t class_index(float label, int64_t cols) {
-  return label >= 0 && double(label) < double(cols) ? static_cast<int64_t>(label) : -1;
-}
-
-[[noreturn]] void bad_label(const char* what, int64_t row, float label, int64_t cols) {
-  fail(what, ": label ", label, " of row ", row, " is not a class index: the scores have ",
-       cols, " classes (0..", cols - 1, "); does the layer that produces the scores have as "
-       "many outputs (num_output) as the data has classes?");
-}
-
-// What a loss is divided by (LossParameter.normalization); at least 1, as in Caffe.
-float loss_normalizer(Normalization mode, int64_t rows, int64_t valid) {
-  int64_t norm = 1;
-  switch (mode) {
-    case Normalization::kFull:
-    case Normalization::kBatchSize: norm = rows; break;
-    case Normalization::kValid: norm = valid; break;
-    case Normalization::kNone: norm = 1; break;
-  }
-  return static_cast<float>(std::max<int64_t>(norm, 1));
 }
 
 // One row of softmax: y (cols) = exp(x - max) / sum. x may equal y. Returns max and sum, so
@@ -107,13 +84,6 @@ SoftmaxRow softmax_row_stats(int64_t cols, const float* x) {
   double sum = 0;
   for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[j] - max);
   return {max, sum};
-}
-
-// Adds per-row values in row order, so the result does not depend on the thread count.
-double serial_sum(const std::vector<double>& values) {
-  double total = 0;
-  for (double v : values) total += v;
-  return total;
 }
 
 }  // namespace
@@ -348,7 +318,7 @@ void NativeBackend::softmax_cross_entropy_forward(int64_t rows, int64_t cols, co
     bad_label("SoftmaxWithLoss", row, labels[row], cols);
   }
   const int64_t valid = std::count(row_valid.begin(), row_valid.end(), 1);
-  const float normalizer = loss_normalizer(options.normalization, rows, valid);
+  const float normalizer = loss_normalizer(options, rows, valid);
   loss[0] = static_cast<float>(serial_sum(row_loss) / normalizer);
   norm[0] = normalizer;
 }
@@ -387,7 +357,7 @@ void NativeBackend::nll_loss_forward(int64_t rows, int64_t cols, const float* lo
     total -= logp[r * cols + label];
     ++valid;
   }
-  const float normalizer = loss_normalizer(options.normalization, rows, valid);
+  const float normalizer = loss_normalizer(options, rows, valid);
   loss[0] = static_cast<float>(total / normalizer);
   norm[0] = normalizer;
 }
