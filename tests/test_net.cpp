@@ -1063,16 +1063,7 @@ TEST(NetErrors, DuplicateTopNamesAreAnError) {
   EXPECT_THAT(message, AllOf(HasSubstr("'ip2'"), HasSubstr("'y'")));
 }
 
-TEST(NetErrors, DuplicateLayerNamesAreAnError) {
-  const std::string message = error_of([] {
-    make_net(R"(
-      layer { name: "data" type: "Input" top: "x" input_param { shape { dim: 4 dim: 3 } } }
-      layer { name: "ip" type: "Linear" bottom: "x" top: "y" inner_product_param { num_output: 2 } }
-      layer { name: "ip" type: "Linear" bottom: "x" top: "z" inner_product_param { num_output: 2 } }
-    )");
-  });
-  EXPECT_THAT(message, HasSubstr("'ip'"));
-}
+// Layers may share a name, as in Caffe: tests/test_net_state.cpp (DuplicateNames).
 
 TEST(NetErrors, ErrorsInAFileGiveFileAndLineOfTheLayer) {
   const std::string path =

@@ -183,4 +183,22 @@ expect_error "ulimit -f with --snapshot-failure continue: the final snapshot" \
   bash -c 'ulimit -f 0; exec "$0" "$@"' "$lamina" train --solver "$fsz_solver" \
   --snapshot-failure continue
 
+# Net state flags (Caffe's --stage and --level): the layers the net's state keeps.
+expect_success "lamina time --stage --level" "deploy_and_fast *ReLU" \
+  "$lamina" time --model net_state_net.prototxt --stage deploy,fast --level 2 --iterations 1
+forbid="not_deploy"
+expect_success "lamina time --stage drops not_stage layers" "deploy_or_fast *ReLU" \
+  "$lamina" time --model net_state_net.prototxt --stage deploy --iterations 1
+expect_success "lamina time: layers that share a name are listed by it" "^data  *Input" \
+  "$lamina" time --model staged_net.prototxt --stage euclid --iterations 1
+expect_error "lamina time --level that is not a number" "lamina: error: .*--level" \
+  "$lamina" time --model net_state_net.prototxt --level high --iterations 1
+# Several test nets: each one's last test, numbered.
+cp two_test_nets_solver.prototxt staged_net.prototxt "$tmp/"  # its snapshots' lock goes there
+expect_success "lamina train with two test nets" "final #1 accuracy = " \
+  "$lamina" train --solver "$tmp/two_test_nets_solver.prototxt"
+expect_error "snapshot_diff" "snapshot_diff is true, but Lamina's snapshots do not store gradients" \
+  "$lamina" train --solver "$(solver_file diff "" "snapshot_diff: true")"
+expect_error "train_state phase" "train_state sets phase: TEST" \
+  "$lamina" train --solver "$(solver_file train_state "" "train_state { phase: TEST }")"
 report

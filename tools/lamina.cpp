@@ -3,6 +3,10 @@
 // layer, list GPUs. User mistakes print one message and exit 1; a misspelt subcommand or
 // option is named with the closest one (command_line.hpp).
 //
+// --stage and --level choose the net's state (which layers its include/exclude rules keep),
+// as Caffe's tool's flags do: for `test` and `time` the net's, for `train` the train net's
+// (train_state); stages add to those the file gives, a level replaces its level.
+//
 // --gpu N runs on GPU N; --gpu -1 runs on the CPU, and for `train` overrides the solver
 // file's solver_mode: GPU. Without --gpu, `train` follows the solver file and `test` and
 // `time` run on the CPU. SIGXFSZ is ignored: a file-size limit (ulimit -f) makes a snapshot
@@ -26,6 +30,7 @@
 #include <iostream>
 #include <memory>
 #include <new>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -201,8 +206,19 @@ const std::vector<lamina::cli::FieldFlag> kTrainFieldFlags = {
     {"solver_mode: CPU", "--gpu -1"},
 };
 
+// --stage and --level: stages the net's state adds, and the level it takes (when given).
+struct StateFlags {
+  std::vector<std::string> stages;
+  std::optional<int> level;
+  void apply(lamina::NetState& state) const {
+    for (const std::string& stage : stages) state.add_stage(stage);
+    if (level) state.set_level(*level);
+  }
+};
+
 struct TrainOptions {
   std::string solver_path;
+  StateFlags state;
   std::string gpu;       // empty: as the solver file says; -1: the CPU whatever it says
   std::string snapshot;  // a .solverstate to resume from
   std::string weights;   // a .lamina to start from (fine-tuning)
@@ -216,8 +232,9 @@ struct TrainOptions {
 // The net of model_path with every layer that names no precision in `precision` (a
 // command-line option's text; empty: FP32).
 lamina::NetParameter net_in_precision(const std::string& model_path,
-                                      const std::string& precision) {
+                                      const std::string& precision, const StateFlags& state) {
   lamina::NetParameter net = lamina::read_net_parameter(model_path);
+  state.apply(*net.mutable_state());
   if (precision.empty()) return net;
   lamina::set_default_precision(net, lamina::parse_precision(precision, "--precision"));
   return net;
@@ -238,6 +255,7 @@ int train(const TrainOptions& o, int argc, char** argv) {
   if (o.no_cuda_graph) param.set_cuda_graph(false);
   if (!o.precision.empty())
     param.set_precision(lamina::parse_precision(o.precision, "--precision"));
+  if (!o.state.stages.empty() || o.state.level) o.state.apply(*param.mutable_train_state());
   // Several GPUs: this process launches the workers (workers.hpp) and waits for them.
   std::vector<int> stop_signals;
   for (const auto& [sig, effect] : {std::pair{SIGINT, sigint}, {SIGTERM, sigterm}, {SIGHUP, sighup}})
@@ -296,9 +314,17 @@ int train(const TrainOptions& o, int argc, char** argv) {
     std::cout << std::endl;
     return 0;
   }
-  if (solver->test_net() && !solver->test_history().empty()) {
-    for (const auto& output : solver->test_history().back().second.outputs)
-      std::cout << "final " << output.first << " = " << output.second << "\n";
+  // The last test of each test net: "final accuracy = 0.98", or with several test nets
+  // "final #1 accuracy = 0.97".
+  const auto& history = solver->test_history();
+  const size_t nets = size_t(solver->num_test_nets());
+  for (size_t i = history.size() >= nets ? history.size() - nets : history.size();
+       i < history.size(); ++i) {
+    const lamina::TestResult& result = history[i].second;
+    const std::string net = nets > 1 ? "#" + std::to_string(result.net) + " " : "";
+    for (const auto& output : result.outputs)
+      std::cout << "final " << net << output.first << " = " << output.second << "\n";
+    if (result.has_loss) std::cout << "final " << net << "test loss = " << result.loss << "\n";
   }
   return 0;
 }
@@ -307,10 +333,10 @@ int train(const TrainOptions& o, int argc, char** argv) {
 // batches. Errors of the TEST net (building it, loading the weights into it, running it) say
 // that it is the TEST net.
 int test(const std::string& model_path, const std::string& weights_path, int iterations,
-         const std::string& gpu, const std::string& precision) {
+         const std::string& gpu, const std::string& precision, const StateFlags& state) {
   LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0, got ", iterations);
   auto backend = backend_for(gpu);
-  const lamina::NetParameter net_param = net_in_precision(model_path, precision);
+  const lamina::NetParameter net_param = net_in_precision(model_path, precision, state);
   const std::string label = "TEST net of " + model_path;
   lamina::Net net = with_context(label, [&] {
     return lamina::Net(net_param, lamina::TEST, *backend, 1, nullptr, model_path);
@@ -362,11 +388,11 @@ std::string top_shapes(lamina::Net& net, int i) {
 // whole-iteration time (no synchronization inside the iteration). A layer that another
 // absorbed (Layer::absorb) is listed with the layer that runs it instead of times.
 int time_net(const std::string& model_path, int iterations, const std::string& gpu,
-             const std::string& precision) {
+             const std::string& precision, const StateFlags& state) {
   LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0, got ", iterations);
   auto backend = backend_for(gpu);
-  lamina::Net net(net_in_precision(model_path, precision), lamina::TRAIN, *backend, 1, nullptr,
-                  model_path);
+  lamina::Net net(net_in_precision(model_path, precision, state), lamina::TRAIN, *backend, 1,
+                  nullptr, model_path);
   net.forward();  // warm-up: first touches, library initialisation
   net.backward();
   backend->synchronize();
@@ -457,6 +483,19 @@ int main(int argc, char** argv) {
   std::string model_path, weights_path, gpu, precision;
   int iterations = 50;
   TrainOptions train_options;
+  StateFlags state;
+  int level = 0;
+  // --stage (repeated, or a,b,c as Caffe's) and --level, for each subcommand that builds nets.
+  auto add_state_flags = [](CLI::App* cmd, StateFlags& flags, int& level_value,
+                            const std::string& which) {
+    cmd->add_option("--stage", flags.stages, "A stage of " + which + "'s state (repeat, or "
+                    "a,b): layers whose include/exclude rules name stages are kept or dropped "
+                    "by it (docs/prototxt.md)")
+        ->delimiter(',')
+        ->type_name("NAME");
+    return cmd->add_option("--level", level_value, "The level of " + which + "'s state "
+                           "(default: the net file's state, else 0)");
+  };
 
   auto* train_cmd = app.add_subcommand("train", "Train a net from a solver prototxt");
   train_cmd->add_option("--solver", train_options.solver_path, "Solver prototxt")->required();
@@ -495,6 +534,9 @@ int main(int argc, char** argv) {
       "Precision of the layers that name none: fp32, tf32, bf16 or fp16 (docs/precision.md)";
   train_cmd->add_option("--precision", train_options.precision,
                         std::string(kPrecisionHelp) + "; default: the solver's precision, FP32");
+  int train_level = 0;
+  auto* train_level_option =
+      add_state_flags(train_cmd, train_options.state, train_level, "the train net");
 
   auto* test_cmd = app.add_subcommand("test", "Score trained weights on a net's TEST phase");
   test_cmd->add_option("--model", model_path, "Net prototxt (its TEST phase)")->required();
@@ -502,12 +544,14 @@ int main(int argc, char** argv) {
   test_cmd->add_option("--iterations", iterations, "Batches to score (default 50)");
   test_cmd->add_option("--gpu", gpu, kGpuHelp)->type_name("INT");
   test_cmd->add_option("--precision", precision, std::string(kPrecisionHelp) + "; default fp32");
+  auto* test_level_option = add_state_flags(test_cmd, state, level, "the net");
 
   auto* time_cmd = app.add_subcommand("time", "Time a net's layers forward and backward");
   time_cmd->add_option("--model", model_path, "Net prototxt (its TRAIN phase)")->required();
   time_cmd->add_option("--iterations", iterations, "Iterations to average over (default 50)");
   time_cmd->add_option("--gpu", gpu, kGpuHelp)->type_name("INT");
   time_cmd->add_option("--precision", precision, std::string(kPrecisionHelp) + "; default fp32");
+  auto* time_level_option = add_state_flags(time_cmd, state, level, "the net");
 
   auto* query_cmd = app.add_subcommand("device_query", "List the GPUs Lamina can use");
   bool count_only = false;
@@ -516,6 +560,8 @@ int main(int argc, char** argv) {
   auto* name_option = query_cmd->add_option("--name", name_of, "Print only this device's name");
 
   if (const std::optional<int> status = lamina::cli::parse(app, argc, argv)) return *status;
+  if (train_level_option->count() > 0) train_options.state.level = train_level;
+  if (test_level_option->count() > 0 || time_level_option->count() > 0) state.level = level;
   try {
     if (*train_cmd) {
       try {
@@ -525,8 +571,8 @@ int main(int argc, char** argv) {
             lamina::cli::with_flag_hints(e.what(), kTrainFieldFlags, "lamina train"));
       }
     }
-    if (*test_cmd) return test(model_path, weights_path, iterations, gpu, precision);
-    if (*time_cmd) return time_net(model_path, iterations, gpu, precision);
+    if (*test_cmd) return test(model_path, weights_path, iterations, gpu, precision, state);
+    if (*time_cmd) return time_net(model_path, iterations, gpu, precision, state);
     if (*query_cmd) return device_query(count_only, name_of, name_option->count() > 0);
   } catch (const lamina::Error& e) {
     std::cerr << "lamina: error" << lamina::cli::worker_label() << ": " << e.what() << std::endl;

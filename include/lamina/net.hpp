@@ -1,12 +1,19 @@
 // Net: layers connected by named blobs, built from a NetParameter for one phase.
 //
-// Building resolves implicit chaining (a layer without bottoms takes the previous layer's
-// top; a loss or accuracy layer without bottoms takes it and "label"; a layer without tops
-// gets a top named after itself), flattens Sequential containers, drops layers excluded by
-// the phase, inserts Split layers where a blob feeds several layers, infers which layers
-// need backward, and lays every learnable parameter out in one ParamArena (param_arena.hpp).
-// The build's phases are named steps in net_builder.cpp; the non-finite diagnosis is in
-// nonfinite.cpp.
+// Building turns Caffe's input header into an Input layer, drops the layers the net's state
+// excludes (net_state.hpp), flattens Sequential containers, resolves implicit chaining (a
+// layer without bottoms takes the previous layer's top; a loss or accuracy layer without
+// bottoms takes it and "label"; a layer without tops gets a top named after itself),
+// inserts Split layers where a blob feeds several layers, infers which layers need backward
+// (Caffe's rules, with force_backward and propagate_down), and lays every learnable
+// parameter out in one ParamArena (param_arena.hpp). The build's phases are named steps in
+// net_builder.cpp; the non-finite diagnosis is in nonfinite.cpp, debug_info's logging in
+// net_debug.cpp.
+//
+// Layers may share a name (Caffe accepts it). Where a name is a key (default parameter
+// names "<layer>/<role>", layer states in snapshots, Split names), the net uses the layer's
+// key instead: its name for the first layer of that name, "<name>#2", "<name>#3", ... for
+// the later ones (layer_key). Messages and `lamina time` show the names.
 #pragma once
 
 #include <functional>
@@ -27,6 +34,8 @@ struct NetPlan;  // the layers while the net is built (net_builder.cpp)
 
 class Net {
  public:
+  // phase: the phase of the net's state; its level and stages are param.state's (whose
+  // phase, if set, must be this one: the builder decides the phase).
   // source: the file the parameter came from, for error messages (may be empty).
   // shared_arena: another net's parameter arena (the training net's) that this net's
   // parameters view, matched by name; a test net evaluates exactly the weights being
@@ -38,6 +47,8 @@ class Net {
 
   const std::string& name() const { return name_; }
   Phase phase() const { return phase_; }
+  // The state the net was built in: its phase, level and stages.
+  const NetState& state() const { return state_; }
   Backend& backend() const { return backend_; }
 
   // Runs every layer; the weighted total loss lands in loss_tensor() (no host copy). With
@@ -74,6 +85,10 @@ class Net {
   // No-op for layers that need no backward; params_done as in backward().
   void backward_layer(int i, const std::function<void(int)>& params_done = {});
   bool layer_needs_backward(int i) const { return needs_backward_[i]; }
+  // Whether layer i computes the gradient of its bottom j (Caffe's bottom_need_backward).
+  bool bottom_needs_gradient(int i, int j) const { return propagate_[i][j]; }
+  // The layer's unique name within the net (see the top of this file).
+  const std::string& layer_key(int i) const { return keys_[i]; }
   // Whether layer i's work is done by a layer before it, the one that absorbed it
   // (Layer::absorb): forward_layer and backward_layer skip it.
   bool layer_fused(int i) const { return fused_[i]; }
@@ -120,6 +135,18 @@ class Net {
   std::vector<std::string> blob_names() const;
   // Tops no layer consumes (losses, accuracies, outputs), in order of creation.
   const std::vector<std::string>& output_names() const { return output_names_; }
+  // The weight with which a blob counts in the loss (0: it does not).
+  float loss_weight(const std::string& blob) const;
+
+  // Caffe's debug_info (net_debug.cpp): after each layer's forward, the mean absolute value
+  // of each top's data and of each parameter; after its backward, that of each bottom
+  // gradient it computes and of each parameter gradient; after the whole backward pass, the
+  // L1 and L2 norms of every parameter and gradient. Read back to the host, layer by layer:
+  // a debugging mode. On when NetParameter.debug_info is set, which also keeps every layer
+  // apart (no fusion) so that each one's values are its own; set_debug_info turns the
+  // logging on and off (the solver's debug_info logs display iterations, as Caffe).
+  bool debug_info() const { return debug_info_; }
+  void set_debug_info(bool on) { debug_info_ = on; }
 
   // The parameter arena: this net's own, or the one it shares.
   ParamArena& arena() { return *arena_; }
@@ -138,13 +165,21 @@ class Net {
              const std::string& source);
   void set_up_layers(NetPlan& plan);
   void collect_losses(const NetPlan& plan);
-  void infer_backward();
+  void infer_backward(bool force_backward);
   void bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared);
   void fuse_layers();
   void log_precisions(const NetPlan& plan) const;  // which layers run in which precision
+  // debug_info's lines (net_debug.cpp).
+  void log_forward(int i) const;
+  void log_backward(int i) const;
+  void log_parameter_norms() const;
 
   std::string name_;
   Phase phase_;
+  NetState state_;
+  std::vector<std::string> keys_;  // per layer: layer_key
+  bool debug_info_ = false;
+  bool fuse_ = true;  // layers may absorb others (off with NetParameter.debug_info)
   Backend& backend_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<LayerIO> io_;

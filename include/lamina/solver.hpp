@@ -1,5 +1,10 @@
 // Solver: trains a net from a SolverParameter.
 //
+// Its nets (solver_nets.hpp): the train net, and the test nets (none, one, or several, each
+// with its test_iter and test_state), as Caffe's solver chooses them. Every test tests each
+// test net in turn and logs its outputs as Caffe does ("Test net output #0: accuracy =
+// 0.98"), with the test loss too under test_compute_loss.
+//
 // Every field of SolverParameter is applied; values that cannot be applied are errors at
 // construction. The update is one fused backend call over the parameter arena per
 // iteration. A steady-state iteration copies nothing between host and device: the loss is
@@ -29,6 +34,7 @@
 #include "lamina/backend.hpp"
 #include "lamina/gradient_buckets.hpp"
 #include "lamina/net.hpp"
+#include "lamina/solver_nets.hpp"
 #include "lamina.pb.h"
 
 namespace lamina {
@@ -36,8 +42,11 @@ namespace lamina {
 class Communicator;  // communicator.hpp
 
 struct TestResult {
+  int net = 0;  // which test net (its index, as test_iter counts them)
   std::vector<std::pair<std::string, float>> outputs;  // mean over test_iter batches
   float value(const std::string& name) const;          // throws when absent
+  bool has_loss = false;  // test_compute_loss: the net's mean loss over the batches
+  float loss = 0;
 };
 
 struct LossRecord {
@@ -60,13 +69,17 @@ struct SnapshotPaths {
 
 class Solver {
  public:
-  // net_param: the net (train and test phases in one file). `source` names the net file.
-  // workers: this process's place in a data-parallel job (docs/distributed.md), or null
-  // for training alone. It must outlive the solver; every worker builds its solver with the
-  // same files, and they train in step (solver_workers.cpp).
+  // net_param: the net (train and test phases in one file), in place of the solver's net or
+  // net_param (test_net and test_net_param still add test nets). `source` names the net
+  // file. workers: this process's place in a data-parallel job (docs/distributed.md), or
+  // null for training alone. It must outlive the solver; every worker builds its solver
+  // with the same files, and they train in step (solver_workers.cpp).
   Solver(const SolverParameter& param, const NetParameter& net_param, Backend& backend,
          const std::string& source = {}, Communicator* comm = nullptr);
-  // Reads the solver prototxt and the net it names (relative to the solver file).
+  // The nets as solver_nets() found them.
+  Solver(const SolverParameter& param, const SolverNets& nets, Backend& backend,
+         Communicator* comm = nullptr);
+  // Reads the solver prototxt and the nets it names (relative to the solver file).
   static std::unique_ptr<Solver> from_file(const std::string& solver_path, Backend& backend,
                                            Communicator* workers = nullptr);
   // The same for a parameter already read (and perhaps changed) from solver_path.
@@ -83,10 +96,12 @@ class Solver {
   // Runs iters iterations (forward, backward, update), with display, tests, snapshots,
   // non-finite checks and actions as configured. Returns early after a kStop action.
   void step(int iters);
-  // Runs the test net for test_iter batches and returns the mean of each output. In a
+  // Runs test net `net` for its test_iter batches and returns the mean of each output. In a
   // data-parallel job each worker runs test_iter / workers batches of its share and the
   // means are over all of them.
-  TestResult test();
+  TestResult test(int net = 0);
+  // Every test net in turn, as a test during training does.
+  std::vector<TestResult> test_all();
   // The workers of the data-parallel job (1 alone) and this one's rank (0 alone). Only rank
   // 0 writes snapshots.
   int workers() const;
@@ -95,13 +110,14 @@ class Solver {
   int iter() const { return iter_; }
   float learning_rate() const;  // the policy's rate at the current iteration
   Net& net() { return *net_; }
-  Net* test_net() { return test_net_.get(); }
+  Net* test_net(int i = 0) { return i < num_test_nets() ? test_nets_[i].get() : nullptr; }
+  int num_test_nets() const { return int(test_nets_.size()); }
   const SolverParameter& param() const { return param_; }
   // Mean training loss over the iterations since the last call (one host copy).
   float take_mean_loss();
   // Losses shown at each display iteration.
   const std::vector<LossRecord>& loss_history() const { return loss_history_; }
-  // Test results at each test point, with their iteration.
+  // Test results at each test point, with their iteration: one per test net.
   const std::vector<std::pair<int, TestResult>>& test_history() const { return test_history_; }
   // The seed of the fillers, the data order and dropout (random_seed, or the one drawn).
   uint64_t seed() const { return seed_; }
@@ -173,11 +189,12 @@ class Solver {
   // it cannot be replayed now and the caller runs the operations itself.
   bool replay_step();
   // test() without refreshing the weights' 16-bit copy first: within training, where the
-  // update keeps it (step() refreshed it on entry).
-  TestResult test_updated_weights();
-  // The test's forward passes, the same way; run_test_passes runs them directly.
-  bool replay_test();
-  void run_test_passes();
+  // update keeps it (step() refreshed it on entry); test_all_updated_weights for every net.
+  TestResult test_updated_weights(int net);
+  void test_all_updated_weights();
+  // Test net k's forward passes, the same way; run_test_passes runs them directly.
+  bool replay_test(int k);
+  void run_test_passes(int k);
   // What both share: replays `graph` (of net's `passes` forward passes), or records `ops`
   // into it and launches that, logging `what` was recorded.
   bool replay(Net& net, int passes, const char* what, std::unique_ptr<CapturedOps>& graph,
@@ -210,7 +227,7 @@ class Solver {
   // ---- data parallel (solver_workers.cpp) ----
   // At construction: checks that every worker has the same solver and net and makes the
   // nets this worker's share; after the nets: the same data sets, weights from worker 0.
-  void check_workers_agree(const NetParameter& net_param);
+  void check_workers_agree(const SolverNets& nets);
   void join_workers();
   // Every worker's weights and optimizer state become worker 0's (start, restore).
   void broadcast_weights();
@@ -235,8 +252,8 @@ class Solver {
   // iterations or every 100); kNone between them.
   SolverAction agree_on_action(SolverAction local);
   bool writes_files() const;  // rank 0, or training alone
-  // This worker's forward passes of a test: its share of test_iter.
-  int test_passes() const { return param_.test_iter(0) / workers(); }
+  // This worker's forward passes of a test of net k: its share of test_iter.
+  int test_passes(int k) const { return param_.test_iter(k) / workers(); }
   // "Trained N iterations in T s: X samples/s (...)", for the whole job (after a wait for
   // the device).
   void log_throughput(int iterations, std::chrono::steady_clock::time_point start);
@@ -277,7 +294,7 @@ class Solver {
   // rate and scale, the step state's iteration + 1.
   void advance_step_state();
   std::unique_ptr<Net> net_;
-  std::unique_ptr<Net> test_net_;
+  std::vector<std::unique_ptr<Net>> test_nets_;
   int iter_ = 0;
   uint64_t seed_ = 0;
   Buffer loss_ring_;   // last average_loss losses, then one check slot (weights . grads)
@@ -287,7 +304,8 @@ class Solver {
   Buffer loss_now_;    // the mean loss of an iteration's iter_size passes (iter_size > 1)
   Buffer loss_sum_;    // running sum for take_mean_loss
   int64_t loss_sum_count_ = 0;
-  Buffer test_sums_;
+  // Per test net: its outputs' sums over a test's passes, then (test_compute_loss) its loss.
+  std::vector<Buffer> test_sums_;
   std::vector<LossRecord> loss_history_;
   std::vector<std::pair<int, TestResult>> test_history_;
   SnapshotPaths last_snapshot_;
@@ -302,9 +320,11 @@ class Solver {
   bool stop_snapshot_saved_ = true;  // false: a stop asked for a snapshot that failed
   bool graphs_ = false;     // replays_steps()
   bool step_warm_ = false;  // an iteration has run directly
-  bool test_warm_ = false;  // a test has run directly
-  std::unique_ptr<CapturedOps> step_graph_, test_graph_;
-  int64_t step_graph_generation_ = 0, test_graph_generation_ = 0;  // the nets' generation()
+  std::vector<bool> test_warm_;  // per test net: a test has run directly
+  std::unique_ptr<CapturedOps> step_graph_;
+  std::vector<std::unique_ptr<CapturedOps>> test_graphs_;  // per test net
+  int64_t step_graph_generation_ = 0;             // the nets' generation()
+  std::vector<int64_t> test_graph_generations_;   // per test net
   // Decides replays_steps() at construction, logging why not when cuda_graph is on.
   void init_replays();
   // Turns replays off for the rest of the run, logging why once.

@@ -5,8 +5,9 @@
 // with it, by name, beside the state file), weights_crc32 (that file's CRC-32), loss_ring
 // (average_loss floats), loss_sum, loss_sum_count, the optimizer's state arrays as the
 // arena holds them, one record per parameter (history/<param> and, for Adam, AdamW and
-// AdaDelta, history2/<param>, shaped as the parameter), and each stateful layer's state
-// (state/train/<layer>, state/test/<layer>), and algorithms: the backend's algorithm choices
+// AdaDelta, history2/<param>, shaped as the parameter), and each stateful layer's state by its
+// key (Net::layer_key: state/train/<layer>, state/test/<layer> for test net #0,
+// state/test<k>/<layer> for test net #k), and algorithms: the backend's algorithm choices
 // (Backend::algorithm_choices; optional, empty on the CPU and in states written before it),
 // and workers: the data-parallel job's worker count (optional, written when not 1), and
 // loss_scale and loss_scale_counts (good steps in a row, skipped iterations): FP16's
@@ -34,7 +35,8 @@ struct SolverState {
   float loss_sum = 0;
   int64_t loss_sum_count = 0;
   std::vector<std::vector<float>> optimizer;  // the arena's state(k), arena layout
-  Net::LayerStates train_layers, test_layers;
+  Net::LayerStates train_layers;
+  std::vector<Net::LayerStates> test_layers;  // per test net
   std::string algorithms;  // Backend::algorithm_choices when it was written
   int64_t workers = 1;     // the data-parallel job that wrote it (docs/distributed.md)
   bool has_loss_scale = false;  // the solver scaled the loss (FP16)

@@ -25,7 +25,7 @@ GradientBuckets::GradientBuckets(Net& net, Communicator& comm, double bucket_byt
   std::map<std::string, int> layer_index;
   for (int i = 0, runs = 0; i < net.num_layers(); ++i) {
     if (!net.layer_fused(i)) runs = i;
-    layer_index.emplace(net.layer(i).name(), runs);
+    layer_index.emplace(net.layer_key(i), runs);
   }
   const std::vector<ParamInfo>& table = arena.table();
   GradientBucket open{0, 0, net.num_layers(), 0};

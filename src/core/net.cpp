@@ -1,5 +1,6 @@
 // Running a net: forward, backward, per-layer access, layer states and blobs. The build is
-// in net_builder.cpp, the non-finite diagnosis in nonfinite.cpp; net.hpp has the rules.
+// in net_builder.cpp, the non-finite diagnosis in nonfinite.cpp, debug_info's logging in
+// net_debug.cpp; net.hpp has the rules. Layer states are keyed by layer_key.
 #include "lamina/net.hpp"
 
 #include <algorithm>
@@ -10,6 +11,7 @@ void Net::forward_layer(int i) {
   if (fused_[i]) return;
   MathScope math(backend_, math_[i]);
   layers_[i]->forward(io_[i].bottom_tensors, io_[i].top_tensors);
+  if (debug_info_) log_forward(i);
 }
 
 void Net::backward_layer(int i, const std::function<void(int)>& params_done) {
@@ -27,6 +29,7 @@ void Net::backward_layer(int i, const std::function<void(int)>& params_done) {
   if (params_done) params_done(i);
   if (std::find(propagate_[i].begin(), propagate_[i].end(), true) != propagate_[i].end())
     layers_[i]->backward_input(top, propagate_[i], bottom);
+  if (debug_info_) log_backward(i);
 }
 
 void Net::refresh_half_weights() {
@@ -76,6 +79,7 @@ void Net::backward(const std::function<void(int)>& params_done) {
     SideLaneScope lanes(backend_);
     for (int i = num_layers() - 1; i >= 0; --i) backward_layer(i, params_done);
     lanes.close();
+    if (debug_info_) log_parameter_norms();
   } catch (...) {
     mark(false);
     throw;
@@ -95,9 +99,9 @@ Tensors Net::layer_tops(int i) const { return io_[i].top_tensors; }
 
 Net::LayerStates Net::layer_states() const {
   LayerStates states;
-  for (const auto& layer : layers_) {
-    std::vector<int64_t> s = layer->state();
-    if (!s.empty()) states[layer->name()] = std::move(s);
+  for (int i = 0; i < num_layers(); ++i) {
+    std::vector<int64_t> s = layers_[i]->state();
+    if (!s.empty()) states[keys_[i]] = std::move(s);
   }
   return states;
 }
@@ -118,16 +122,16 @@ void Net::set_layer_states(const LayerStates& states, const std::string& source)
                    "' keeps ", entry.second.size(), " state values, the file holds ",
                    it->second.size());
   }
-  std::vector<Layer*> done;
+  std::vector<int> done;
   try {
-    for (auto& layer : layers_) {
-      auto it = states.find(layer->name());
+    for (int i = 0; i < num_layers(); ++i) {
+      auto it = states.find(keys_[i]);
       if (it == states.end()) continue;
-      layer->set_state(it->second);
-      done.push_back(layer.get());
+      layers_[i]->set_state(it->second);
+      done.push_back(i);
     }
   } catch (const Error& e) {
-    for (Layer* layer : done) layer->set_state(before.at(layer->name()));  // roll back
+    for (int i : done) layers_[i]->set_state(before.at(keys_[i]));  // roll back
     ++generation_;
     fail(source, ": ", e.what());
   }
@@ -172,6 +176,15 @@ std::string Net::capture_blocker() const {
     if (!why->empty()) return where + ": " + *why;
   }
   return {};
+}
+
+float Net::loss_weight(const std::string& blob) const {
+  auto it = blob_index_.find(blob);
+  if (it == blob_index_.end()) return 0;
+  float weight = 0;
+  for (const auto& l : loss_blobs_)
+    if (l.first == it->second) weight += l.second;
+  return weight;
 }
 
 bool Net::has_blob(const std::string& name) const { return blob_index_.count(name) > 0; }

@@ -1,5 +1,7 @@
 // Net construction, as named phases run in order by Net::build:
-//   1. flatten_layers    drop the layers the phase excludes, expand Sequential containers
+//   1. flatten_layers    the input header's Input layer; drop the layers the net's state
+//                        excludes (net_state.hpp), expand Sequential containers, give each
+//                        layer its key (net.hpp)
 //   2. resolve_chaining  instantiate the layers, give implicit bottoms and tops their blobs
 //   3. insert_splits     a Split after every blob version that feeds several layers
 //   4. insert_conversions  each layer's storage (FP32 or 16 bits), a Convert wherever a
@@ -7,6 +9,7 @@
 //   5. set_up_layers     create the blobs, set every layer up in order, find the outputs
 //   6. collect_losses    the scalar tops that count in the loss, with their weights
 //   7. infer_backward    which layers need backward, and which bottoms get gradients
+//                        (Caffe's rules, force_backward, propagate_down)
 //   8. bind_params       build (or share) the parameter arena and bind every parameter
 //   9. fuse_layers       a layer absorbs the layers after it (Linear + ReLU;
 //                        BatchNorm + Scale + ReLU)
@@ -22,6 +25,7 @@
 #include "lamina/filler.hpp"
 #include "lamina/io.hpp"
 #include "lamina/net.hpp"
+#include "lamina/net_state.hpp"
 #include "lamina/precision.hpp"
 #include "lamina/registry.hpp"
 
@@ -30,6 +34,7 @@ namespace lamina {
 struct FlatLayer {
   LayerParameter param;
   std::vector<int> index_path;  // position in the prototxt, for error messages
+  std::string key;              // unique in the net (Net::layer_key)
 };
 
 struct NetPlan {
@@ -65,26 +70,17 @@ std::string location(const std::string& source, const std::vector<int>& path) {
               (plan.phase == TEST ? "TEST net: " : "") + what);
 }
 
-bool included(const LayerParameter& p, Phase phase) {
-  for (const NetStateRule& rule : p.exclude())
-    if (!rule.has_phase() || rule.phase() == phase) return false;
-  if (p.include_size() == 0) return true;
-  for (const NetStateRule& rule : p.include())
-    if (!rule.has_phase() || rule.phase() == phase) return true;
-  return false;
-}
-
 // Appends the layers of `p` (a Sequential container expands into its children, chained in
 // order and named "<container>/<child>"). The prototxt parser's depth limit bounds the
 // recursion.
 void flatten(const LayerParameter& p, std::vector<int> path, const std::string& prefix,
-             NetPlan& plan) {
-  if (!included(p, plan.phase)) return;
+             const NetState& state, NetPlan& plan) {
   const std::string name = prefix + (p.has_name() ? p.name() : "layer" + std::to_string(path.back()));
   auto here = [&] {
     return location(plan.source, path) + (plan.phase == TEST ? "TEST net: " : "") + "layer '" +
            name + "' (" + p.type() + "): ";
   };
+  if (!layer_included(p, state, here())) return;
   std::vector<FlatLayer>& out = plan.flat;
   if (p.has_precision()) {
     try {
@@ -95,14 +91,15 @@ void flatten(const LayerParameter& p, std::vector<int> path, const std::string& 
   }
   if (p.type() != "Sequential") {
     LAMINA_REQUIRE(p.layer_size() == 0, here(), "only a Sequential container may hold layers");
-    FlatLayer flat{p, path};
+    FlatLayer flat{p, path, {}};
     flat.param.set_name(name);
     out.push_back(std::move(flat));
     return;
   }
-  LAMINA_REQUIRE(p.param_size() == 0 && p.loss_weight_size() == 0,
+  LAMINA_REQUIRE(p.param_size() == 0 && p.loss_weight_size() == 0 &&
+                     p.propagate_down_size() == 0,
                  here(), "a Sequential container takes name, bottom, top, include/exclude and "
-                 "layer; put param and loss_weight on its children");
+                 "layer; put param, loss_weight and propagate_down on its children");
   LAMINA_REQUIRE(p.layer_size() > 0, here(), "the Sequential container is empty");
   LAMINA_REQUIRE(p.bottom_size() <= 1 && p.top_size() <= 1, here(),
                  "a Sequential container has at most one bottom and one top");
@@ -113,9 +110,9 @@ void flatten(const LayerParameter& p, std::vector<int> path, const std::string& 
     if (p.has_precision() && !p.layer(i).has_precision()) {  // the container's precision
       LayerParameter inherits = p.layer(i);
       inherits.set_precision(p.precision());
-      flatten(inherits, child, name + "/", plan);
+      flatten(inherits, child, name + "/", state, plan);
     } else {
-      flatten(p.layer(i), child, name + "/", plan);
+      flatten(p.layer(i), child, name + "/", state, plan);
     }
   }
   LAMINA_REQUIRE(out.size() > first, here(), "no child layer is included in this phase");
@@ -124,11 +121,41 @@ void flatten(const LayerParameter& p, std::vector<int> path, const std::string& 
   if (p.top_size() == 1 && out.back().param.top_size() == 0) out.back().param.add_top(p.top(0));
 }
 
+// Each layer's key: its name, or "<name>#k" for the k-th layer of that name (k >= 2), with
+// as many '#' as it takes to be no other layer's name.
+void assign_keys(std::vector<FlatLayer>& flat) {
+  std::set<std::string> taken;
+  for (const FlatLayer& f : flat) taken.insert(f.param.name());
+  std::map<std::string, int> seen;
+  for (FlatLayer& f : flat) {
+    const int k = ++seen[f.param.name()];
+    f.key = f.param.name();
+    if (k == 1) continue;
+    std::string key = f.param.name() + "#" + std::to_string(k);
+    while (taken.count(key)) key = f.param.name() + "#" + key.substr(f.param.name().size());
+    taken.insert(key);
+    f.key = key;
+  }
+}
+
 // 1.
-void flatten_layers(const NetParameter& param, const std::string& net_name, NetPlan& plan) {
-  for (int i = 0; i < param.layer_size(); ++i) flatten(param.layer(i), {i}, "", plan);
+void flatten_layers(const NetParameter& param, const std::string& net_name,
+                    const NetState& state, NetPlan& plan) {
+  if (std::optional<LayerParameter> input = input_header_layer(param, plan.source))
+    plan.flat.push_back(FlatLayer{std::move(*input), {}, {}});
+  for (int i = 0; i < param.layer_size(); ++i) flatten(param.layer(i), {i}, "", state, plan);
   LAMINA_REQUIRE(!plan.flat.empty(), plan.source.empty() ? "net" : plan.source, ": the net '",
-                 net_name, "' has no layers in phase ", Phase_Name(plan.phase));
+                 net_name, "' has no layers in its state (", state_string(state), ")");
+  assign_keys(plan.flat);
+  std::string engines;
+  for (const FlatLayer& f : plan.flat) {
+    const std::string engine = engine_of(f.param);
+    if (!engine.empty()) engines += (engines.empty() ? "" : "; ") + f.param.name() + ": " + engine;
+  }
+  if (!engines.empty())
+    LOG(INFO) << Phase_Name(plan.phase) << " net '" << net_name << "': engine fields are hints ("
+              << engines << "); Lamina runs its own CUDA backend (cuDNN where it helps) on a "
+              << "GPU and its Native backend on the CPU, whatever the engine";
 }
 
 // Rejects a *_param message the layer does not read: no setting is silently ignored.
@@ -150,13 +177,10 @@ void check_parameter_messages(const LayerParameter& p, const std::vector<std::st
 //    "label"); a layer without tops gets a top named after itself.
 void resolve_chaining(NetPlan& plan) {
   std::string previous_top;
-  std::set<std::string> names;
   for (size_t i = 0; i < plan.flat.size(); ++i) {
     const LayerParameter& p = plan.flat[i].param;
     try {
       LAMINA_REQUIRE(p.has_type() && !p.type().empty(), "layer '", p.name(), "' has no type");
-      LAMINA_REQUIRE(names.insert(p.name()).second, "layer '", p.name(),
-                     "': another layer has the same name");
       LayerContext context{plan.backend, plan.phase, counter_hash(plan.seed, i)};
       plan.layers.push_back(LayerRegistry::create(p, context));
       Layer& layer = *plan.layers.back();
@@ -187,6 +211,14 @@ void resolve_chaining(NetPlan& plan) {
                      p.name(), "' (", p.type(), ") takes ", layer.min_tops(),
                      (layer.max_tops() == layer.min_tops() ? "" : " or more"), " top(s), got ",
                      t.size());
+      LAMINA_REQUIRE(p.propagate_down_size() == 0 || p.propagate_down_size() == int(b.size()),
+                     "layer '", p.name(), "' (", p.type(), ") has ", p.propagate_down_size(),
+                     " propagate_down value(s) for ", b.size(), " bottom(s); give one per "
+                     "bottom, in order (false skips that bottom's gradient), or none");
+      for (size_t j = 0; j < b.size() && j < size_t(p.propagate_down_size()); ++j)
+        LAMINA_REQUIRE(!p.propagate_down(int(j)) || layer.accepts_gradient(int(j)), "layer '",
+                       p.name(), "' (", p.type(), ") takes no gradient for bottom ", j, " ('",
+                       b[j], "'), but propagate_down ", j, " is true; set it to false");
       if (!t.empty()) previous_top = t[0];
       plan.bottoms.push_back(std::move(b));
       plan.tops.push_back(std::move(t));
@@ -247,7 +279,7 @@ void insert_splits(NetPlan& plan) {
       if (c == consumers.end() || c->second.size() < 2) continue;
       const std::string blob = plan.tops[i][j];
       LayerParameter split;
-      split.set_name(blob + "_" + plan.flat[i].param.name() + "_" + std::to_string(j) + "_split");
+      split.set_name(blob + "_" + plan.flat[i].key + "_" + std::to_string(j) + "_split");
       split.set_type("Split");
       split.add_bottom(blob);
       if (plan.flat[i].param.has_precision()) split.set_precision(plan.flat[i].param.precision());
@@ -261,7 +293,7 @@ void insert_splits(NetPlan& plan) {
       out.layers.push_back(LayerRegistry::create(split, context));
       out.bottoms.push_back({blob});
       out.tops.push_back(split_tops);
-      out.flat.push_back(FlatLayer{split, plan.flat[i].index_path});
+      out.flat.push_back(FlatLayer{split, plan.flat[i].index_path, split.name()});
     }
   }
   plan.flat = std::move(out.flat);
@@ -370,7 +402,7 @@ void insert_conversions(NetPlan& plan) {
     out.layers.push_back(LayerRegistry::create(p, context));
     out.bottoms.push_back({b});
     out.tops.push_back({name});
-    out.flat.push_back(FlatLayer{p, index_path});
+    out.flat.push_back(FlatLayer{p, index_path, name});
     out.storage.push_back(to);
     out.fp32_for_in_place.push_back(false);
     out.fp32_for_readers.push_back(false);
@@ -445,22 +477,33 @@ void insert_conversions(NetPlan& plan) {
 Net::Net(const NetParameter& param, Phase phase, Backend& backend, uint64_t seed,
          std::shared_ptr<ParamArena> shared_arena, const std::string& source)
     : name_(param.name()), phase_(phase), backend_(backend) {
+  LAMINA_REQUIRE(!param.state().has_phase() || param.state().phase() == phase,
+                 source.empty() ? "net" : source, ": the net '", name_, "' sets state { phase: ",
+                 Phase_Name(param.state().phase()), " } but is built as a ", Phase_Name(phase),
+                 " net; leave phase out of its state (the solver builds TRAIN and TEST nets, "
+                 "lamina test a TEST net, lamina time a TRAIN net; train_state and test_state "
+                 "choose the level and stages)");
+  state_ = merged_state(phase, param.state(), nullptr);
+  debug_info_ = param.debug_info();
+  fuse_ = !param.debug_info();
   build(param, seed, std::move(shared_arena), source);
 }
 
 void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamArena> shared,
                 const std::string& source) {
   NetPlan plan{backend_, phase_, seed, source, {}, {}, {}, {}, {}, {}, {}};
-  flatten_layers(param, name_, plan);
+  flatten_layers(param, name_, state_, plan);
   resolve_chaining(plan);
   insert_splits(plan);
   insert_conversions(plan);
   storage_ = plan.storage;
   set_up_layers(plan);
   collect_losses(plan);
-  infer_backward();
+  for (const FlatLayer& f : plan.flat) keys_.push_back(f.key);
+  infer_backward(param.force_backward());
   bind_params(seed, std::move(shared));
-  fuse_layers();
+  fused_.assign(layers_.size(), false);
+  if (fuse_) fuse_layers();
   for (size_t i = 0; i < layers_.size(); ++i)
     VLOG(1) << "layer " << layers_[i]->name() << " (" << layers_[i]->type() << ")"
             << (needs_backward_[i] ? " needs backward" : "");
@@ -583,37 +626,71 @@ void Net::collect_losses(const NetPlan& plan) {
   }
 }
 
-// 7. A layer needs backward when its tops lead to a loss and it has learnable parameters or
-//    a bottom that needs a gradient.
-void Net::infer_backward() {
-  std::vector<bool> blob_to_loss(blobs_.size(), false);
-  for (const auto& l : loss_blobs_) blob_to_loss[l.first] = true;
-  std::vector<bool> layer_to_loss(layers_.size(), false);
-  for (int i = int(layers_.size()) - 1; i >= 0; --i) {
-    for (int t : io_[i].tops) layer_to_loss[i] = layer_to_loss[i] || blob_to_loss[t];
-    if (layer_to_loss[i])
-      for (int b : io_[i].bottoms) blob_to_loss[b] = true;
-  }
-  needs_backward_.assign(layers_.size(), false);
-  propagate_.resize(layers_.size());
-  for (size_t i = 0; i < layers_.size(); ++i) {
+// 7. Caffe 1.0's rules. Forward: a layer could run backward when it has learnable
+//    parameters or a bottom whose blob needs a gradient (and takes one); its tops then
+//    need gradients. A bottom gets its gradient when its blob needs one, or as its
+//    propagate_down says when given (true asks for it even for an input blob; false skips
+//    it). Backward, from the last layer: a layer runs backward only when a top leads to a
+//    loss and some top's gradient is computed by the layers reading it (a layer whose every
+//    top is skipped computes nothing); bottoms of a layer that leads to no loss get no
+//    gradient. force_backward: every layer runs backward, each bottom that takes a
+//    gradient gets one, and every parameter gradient is computed (frozen ones too).
+void Net::infer_backward(bool force_backward) {
+  const size_t n = layers_.size();
+  auto learnable_of = [&](size_t i) {
     // The layer's own copy: a layer may add param { } blocks itself (BatchNorm freezes its
     // statistics with lr_mult 0, as Caffe does).
     const LayerParameter& p = layers_[i]->param();
-    bool learnable = false;
     for (size_t k = 0; k < layers_[i]->params().size(); ++k)
-      learnable = learnable || (int(k) >= p.param_size() || p.param(k).lr_mult() != 0);
-    learnable_.push_back(learnable);
-    bool input_grad = false;
-    propagate_[i].assign(io_[i].bottoms.size(), false);
+      if (int(k) >= p.param_size() || p.param(k).lr_mult() != 0) return true;
+    return false;
+  };
+  std::vector<bool>& blob_needs = blob_needs_grad_;
+  needs_backward_.assign(n, false);
+  propagate_.assign(n, {});
+  learnable_.assign(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const LayerParameter& p = layers_[i]->param();
+    learnable_[i] = learnable_of(i);
+    bool needs = learnable_[i];
     for (size_t j = 0; j < io_[i].bottoms.size(); ++j) {
-      const bool wants = blob_needs_grad_[io_[i].bottoms[j]] && layers_[i]->accepts_gradient(int(j));
-      propagate_[i][j] = wants && layer_to_loss[i];
-      input_grad = input_grad || wants;
+      const bool wanted = blob_needs[io_[i].bottoms[j]] && layers_[i]->accepts_gradient(int(j));
+      needs = needs || wanted;
+      propagate_[i].push_back(p.propagate_down_size() > 0 ? p.propagate_down(int(j)) : wanted);
     }
-    needs_backward_[i] = layer_to_loss[i] && (learnable || input_grad);
-    if (learnable || input_grad)
-      for (int t : io_[i].tops) blob_needs_grad_[t] = true;
+    needs_backward_[i] = needs;
+    if (needs)
+      for (int t : io_[i].tops) blob_needs[t] = true;
+  }
+  std::vector<bool> under_loss(blobs_.size(), false), skipped(blobs_.size(), false);
+  for (const auto& l : loss_blobs_) under_loss[l.first] = true;
+  for (size_t i = n; i-- > 0;) {
+    bool leads_to_loss = false, every_top_skipped = true;
+    for (int t : io_[i].tops) {
+      leads_to_loss = leads_to_loss || under_loss[t];
+      every_top_skipped = every_top_skipped && skipped[t];
+    }
+    if (every_top_skipped) propagate_[i].assign(propagate_[i].size(), false);
+    needs_backward_[i] = needs_backward_[i] && leads_to_loss && !every_top_skipped;
+    for (size_t j = 0; j < io_[i].bottoms.size(); ++j) {
+      const int b = io_[i].bottoms[j];
+      if (leads_to_loss)
+        under_loss[b] = true;
+      else
+        propagate_[i][j] = false;
+      if (!propagate_[i][j]) skipped[b] = true;
+    }
+  }
+  if (!force_backward) return;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < io_[i].bottoms.size(); ++j) {
+      const bool takes = layers_[i]->accepts_gradient(int(j));
+      propagate_[i][j] = propagate_[i][j] || takes;
+      blob_needs[io_[i].bottoms[j]] = blob_needs[io_[i].bottoms[j]] || propagate_[i][j];
+    }
+    learnable_[i] = !layers_[i]->params().empty();
+    needs_backward_[i] = learnable_[i] ||
+        std::find(propagate_[i].begin(), propagate_[i].end(), true) != propagate_[i].end();
   }
 }
 
@@ -638,13 +715,29 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
     for (size_t k = 0; k < layer.params().size(); ++k) {
       Param& param = layer.params()[k];
       ParamSpec spec = int(k) < p.param_size() ? p.param(k) : ParamSpec();
-      const std::string name = spec.name().empty() ? param.tensor->name() : spec.name();
+      // "<key>/<role>": the tensor's "<name>/<role>" with the layer's key for its name.
+      const std::string& own = param.tensor->name();
+      const bool named_after_layer = own.compare(0, layer.name().size(), layer.name()) == 0;
+      const std::string name = !spec.name().empty() ? spec.name()
+                               : named_after_layer  ? keys_[l] + own.substr(layer.name().size())
+                                                    : own;
       auto found = by_name.find(name);
       if (found != by_name.end()) {
         const ParamInfo& owner = table[found->second];
-        LAMINA_REQUIRE(owner.shape == param.tensor->shape(), "layer '", layer.name(),
-                       "': shared parameter '", name, "' has shape ", shape_string(owner.shape),
-                       " where it was first declared and ", param.tensor->shape_string(), " here");
+        // share_mode (Caffe's): STRICT, the default, the same shape; PERMISSIVE the same
+        // count (the layers view the values in their own shapes).
+        if (spec.share_mode() == ParamSpec::PERMISSIVE)
+          LAMINA_REQUIRE(owner.count == param.tensor->count(), "layer '", layer.name(),
+                         "': shared parameter '", name, "' has ", owner.count, " values (shape ",
+                         shape_string(owner.shape), ") where it was first declared and ",
+                         param.tensor->count(), " (shape ", param.tensor->shape_string(),
+                         ") here; share_mode: PERMISSIVE needs the same count");
+        else
+          LAMINA_REQUIRE(owner.shape == param.tensor->shape(), "layer '", layer.name(),
+                         "': shared parameter '", name, "' has shape ",
+                         shape_string(owner.shape), " where it was first declared and ",
+                         param.tensor->shape_string(), " here; shared parameters have the "
+                         "same shape, or the same count with share_mode: PERMISSIVE");
         LAMINA_REQUIRE(owner.lr_mult == spec.lr_mult() && owner.decay_mult == spec.decay_mult(),
                        "layer '", layer.name(), "': shared parameter '", name,
                        "' has lr_mult/decay_mult ", spec.lr_mult(), "/", spec.decay_mult(),
@@ -655,9 +748,10 @@ void Net::bind_params(uint64_t seed, std::shared_ptr<ParamArena> shared) {
       ParamInfo info;
       info.name = name;
       info.shape = param.tensor->shape();
+      info.count = param.tensor->count();  // the arena sets it again when it lays them out
       info.lr_mult = spec.lr_mult();
       info.decay_mult = spec.decay_mult();
-      info.layer = layer.name();
+      info.layer = keys_[l];
       by_name[name] = int(table.size());
       slots.push_back({&param, int(table.size()), storage_[l]});
       table.push_back(std::move(info));
@@ -738,7 +832,8 @@ void Net::fuse_layers() {
       const LayerIO& io = io_[k];
       const LayerIO& next = io_[k + 1];
       if (io.tops.size() != 1 || next.bottoms.size() != 1 || next.tops.size() != 1 ||
-          next.bottoms[0] != io.tops[0] || storage_[i] != storage_[k + 1])
+          next.bottoms[0] != io.tops[0] || storage_[i] != storage_[k + 1] ||
+          layers_[k + 1]->param().propagate_down_size() > 0)  // it may skip the gradient
         break;
       const bool in_place = next.tops[0] == next.bottoms[0];
       if (!in_place && (k > i || readers[io.tops[0]] != 1)) break;

@@ -35,6 +35,10 @@ float TestResult::value(const std::string& name) const {
 
 Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Backend& backend,
                const std::string& source, Communicator* comm)
+    : Solver(param, solver_nets(param, net_param, source), backend, comm) {}
+
+Solver::Solver(const SolverParameter& param, const SolverNets& nets, Backend& backend,
+               Communicator* comm)
     : param_(param), backend_(backend), comm_(comm) {
   check_solver_parameter(param, {}, TestRunner::kCaller);  // the caller may run test() itself
   args_.rule = parse_solver_type(param);
@@ -56,21 +60,42 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
                                                  : uint64_t(std::random_device{}());
   seed_ = comm_ ? broadcast_value(*comm_, seed) : seed;  // worker 0's: the same data order
   if (param.random_seed() < 0) LOG(INFO) << "random_seed not set; using " << seed_;
-  if (comm_) check_workers_agree(net_param);
-  // Layers that name no precision run in the solver's.
-  NetParameter net = net_param;
-  set_default_precision(net, param.precision());
-  net_ = std::make_unique<Net>(net, TRAIN, backend, seed_, nullptr, source);
-  if (param.test_iter_size() == 1) {
-    test_net_ = std::make_unique<Net>(net, TEST, backend, seed_ + 1, net_->arena_handle(),
-                                      source);
-    const int64_t outputs = [&] {
-      int64_t n = 0;
-      for (const std::string& name : test_net_->output_names()) n += test_net_->blob(name).count();
-      return n;
-    }();
-    LAMINA_REQUIRE(outputs > 0, "the TEST net has no outputs to report");
-    test_sums_ = Buffer(backend, sizeof(float) * outputs);
+  if (comm_) check_workers_agree(nets);
+  if (param.has_snapshot_format())
+    LOG(INFO) << "snapshot_format: " << SolverParameter::SnapshotFormat_Name(param.snapshot_format())
+              << " is taken as a request; Lamina writes its own snapshot format whatever is "
+              << "asked (docs/snapshots.md)";
+  // Layers that name no precision run in the solver's. debug_info: the train net logs at
+  // display iterations (step), the test nets every pass, as Caffe's solver does.
+  auto prepared = [&](const SolverNet& net) {
+    NetParameter p = net.param;
+    set_default_precision(p, param.precision());
+    if (param.debug_info()) p.set_debug_info(true);
+    return p;
+  };
+  net_ = std::make_unique<Net>(prepared(nets.train), nets.train.param.state().phase(), backend,
+                               seed_, nullptr, nets.train.source);
+  for (size_t k = 0; k < nets.tests.size(); ++k) {
+    const SolverNet& test = nets.tests[k];
+    // With several test nets, their errors say which one.
+    const std::string label = nets.tests.size() > 1
+        ? "test net #" + std::to_string(k) + " (" + test.origin + "): " : std::string();
+    try {
+      test_nets_.push_back(std::make_unique<Net>(prepared(test), test.param.state().phase(),
+                                                 backend, seed_ + 1 + k, net_->arena_handle(),
+                                                 test.source));
+    } catch (const Error& e) {
+      fail(label, e.what());
+    }
+    Net& net = *test_nets_.back();
+    int64_t outputs = 0;
+    for (const std::string& name : net.output_names()) outputs += net.blob(name).count();
+    LAMINA_REQUIRE(outputs > 0, label, "the ", Phase_Name(net.phase()), " net has no outputs "
+                   "to report (a top no layer reads, such as accuracy or loss)");
+    test_sums_.emplace_back(backend, sizeof(float) * (outputs + 1));  // + the loss
+    test_warm_.push_back(false);
+    test_graphs_.emplace_back();
+    test_graph_generations_.push_back(0);
   }
 
   // The weights' 16-bit copy (layers in BF16 or FP16) is written by the update, not
@@ -80,7 +105,7 @@ Solver::Solver(const SolverParameter& param, const NetParameter& net_param, Back
     args_.half_copy = arena.half_copy(arena.half_format());
     args_.half_format = arena.half_format();
     net_->half_copy_kept_by_update();
-    if (test_net_) test_net_->half_copy_kept_by_update();
+    for (auto& test : test_nets_) test->half_copy_kept_by_update();
   }
   // The optimizer's state lives in the arena: Adam and AdamW keep two moments, AdaDelta its
   // averages of squared gradients and squared steps, the others one history.
@@ -144,11 +169,8 @@ std::unique_ptr<Solver> Solver::from_file(const std::string& solver_path, Backen
 std::unique_ptr<Solver> Solver::create(const SolverParameter& param,
                                        const std::string& solver_path, Backend& backend,
                                        Communicator* workers) {
-  LAMINA_REQUIRE(param.has_net(), solver_path, ": the solver names no net (net: \"file.prototxt\")");
   check_solver_parameter(param, solver_path);  // before the net is read, naming solver_path:line
-  const std::string net_path = resolve_path(param.net(), solver_path);
-  return std::make_unique<Solver>(param, read_net_parameter(net_path), backend, net_path,
-                                  workers);
+  return std::make_unique<Solver>(param, solver_nets(param, solver_path), backend, workers);
 }
 
 float Solver::learning_rate() const { return float(lamina::learning_rate(param_, iter_)); }
@@ -201,8 +223,8 @@ void Solver::solve() {
   }
   const bool saved =
       prefix.empty() || !param_.snapshot_after_train() || snapshot_as_configured("end of training");
-  if (test_net_ && param_.test_interval() > 0 && iter_ % param_.test_interval() == 0)
-    test_updated_weights();
+  if (!test_nets_.empty() && param_.test_interval() > 0 && iter_ % param_.test_interval() == 0)
+    test_all_updated_weights();
   // Trained to the end but not saved: the caller (and the tool's exit status) must know.
   LAMINA_REQUIRE(saved, "training finished at iteration ", iter_, " but its final snapshot "
                  "could not be written: ", snapshot_error_, last_snapshot_note());
@@ -218,11 +240,12 @@ void Solver::step(int iters) {
     // A restored state may sit at the last iteration an int counts (found by fuzz_solverstate).
     LAMINA_REQUIRE(iter_ < INT_MAX, "iteration ", iter_, " is the last one Lamina counts; "
                    "the solver cannot train further");
-    if (test_net_ && param_.test_interval() > 0 && iter_ % param_.test_interval() == 0 &&
-        (iter_ > 0 || param_.test_initialization())) {
-      test_updated_weights();
+    if (!test_nets_.empty() && param_.test_interval() > 0 &&
+        iter_ % param_.test_interval() == 0 && (iter_ > 0 || param_.test_initialization())) {
+      test_all_updated_weights();
     }
     const bool display = param_.display() > 0 && iter_ % param_.display() == 0;
+    if (param_.debug_info()) net_->set_debug_info(display);  // Caffe's: display iterations
     // Non-finite checks. The loss: every iteration on host backends, where reading it costs
     // nothing; at display iterations on devices, folded into the one copy of the loss ring
     // that displaying makes anyway. The weights and gradients: at display iterations (a pass
@@ -399,50 +422,80 @@ void Solver::apply_update() {
   }
 }
 
-void Solver::run_test_passes() {
-  float* sums = test_sums_.as<float>();
-  backend_.zero(test_sums_.bytes(), sums);
-  const int iters = test_passes();
+void Solver::run_test_passes(int k) {
+  Net& net = *test_nets_[k];
+  float* sums = test_sums_[k].as<float>();
+  backend_.zero(test_sums_[k].bytes(), sums);
+  const int iters = test_passes(k);
   for (int i = 0; i < iters; ++i) {
     try {
-      test_net_->forward();
+      net.forward();
     } catch (const Error& e) {
-      fail("TEST net, test iteration ", i, " of ", iters, " at training iteration ", iter_, ": ",
+      fail(Phase_Name(net.phase()), " net", num_test_nets() > 1 ? " #" + std::to_string(k) : "",
+           ", test iteration ", i, " of ", iters, " at training iteration ", iter_, ": ",
            e.what());
     }
     int64_t offset = 0;
-    for (const std::string& name : test_net_->output_names()) {
-      Tensor& out = test_net_->blob(name);
+    for (const std::string& name : net.output_names()) {
+      Tensor& out = net.blob(name);
       backend_.axpy(out.count(), 1.0f, out.data(), sums + offset);
       offset += out.count();
     }
+    if (param_.test_compute_loss()) backend_.axpy(1, 1.0f, net.loss_tensor().data(), sums + offset);
   }
 }
 
-TestResult Solver::test() {
-  LAMINA_REQUIRE(test_net_ != nullptr, "the solver has no test net: set test_iter");
-  test_net_->refresh_half_weights();  // the weights may have been written since the update
-  return test_updated_weights();
+TestResult Solver::test(int net) {
+  LAMINA_REQUIRE(!test_nets_.empty(), "the solver has no test net: set test_iter");
+  LAMINA_REQUIRE(net >= 0 && net < num_test_nets(), "the solver has no test net #", net,
+                 "; it has ", num_test_nets(), " (#0 to #", num_test_nets() - 1, ")");
+  test_nets_[net]->refresh_half_weights();  // the weights may have been written since the update
+  return test_updated_weights(net);
 }
 
-TestResult Solver::test_updated_weights() {
-  float* sums = test_sums_.as<float>();
-  if (!replay_test()) {
-    run_test_passes();
-    test_warm_ = true;
+std::vector<TestResult> Solver::test_all() {
+  std::vector<TestResult> results;
+  for (int k = 0; k < num_test_nets(); ++k) results.push_back(test(k));
+  return results;
+}
+
+void Solver::test_all_updated_weights() {
+  for (int k = 0; k < num_test_nets(); ++k) test_updated_weights(k);
+}
+
+// Logged as Caffe's solver logs a test, so that tools reading Caffe's logs read these too.
+TestResult Solver::test_updated_weights(int k) {
+  Net& net = *test_nets_[k];
+  if (!replay_test(k)) {
+    run_test_passes(k);
+    test_warm_[k] = true;
   }
-  std::vector<float> host(test_sums_.bytes() / sizeof(float));
-  backend_.copy_to_host(test_sums_.bytes(), sums, host.data());
+  std::vector<float> host(test_sums_[k].bytes() / sizeof(float));
+  backend_.copy_to_host(test_sums_[k].bytes(), test_sums_[k].get(), host.data());
   average_over_workers(host.data(), int(host.size()));  // each worker's mean of its share
+  const float passes = float(test_passes(k));
   TestResult result;
+  result.net = k;
+  LOG(INFO) << "Iteration " << iter_ << ", Testing net (#" << k << ")";
   int64_t offset = 0;
-  for (const std::string& name : test_net_->output_names()) {
-    const int64_t count = test_net_->blob(name).count();
-    for (int64_t k = 0; k < count; ++k) {
-      const std::string label = count == 1 ? name : name + "[" + std::to_string(k) + "]";
-      result.outputs.push_back({label, host[offset + k] / test_passes()});
-      LOG(INFO) << "Test at iteration " << iter_ << ": " << label << " = "
-                << result.outputs.back().second;
+  for (const std::string& name : net.output_names()) offset += net.blob(name).count();
+  if (param_.test_compute_loss()) {
+    result.has_loss = true;
+    result.loss = host[offset] / passes;
+    LOG(INFO) << "Test loss: " << result.loss;
+  }
+  offset = 0;
+  for (const std::string& name : net.output_names()) {
+    const int64_t count = net.blob(name).count();
+    const float weight = net.loss_weight(name);
+    for (int64_t j = 0; j < count; ++j) {
+      const std::string label = count == 1 ? name : name + "[" + std::to_string(j) + "]";
+      const float mean = host[offset + j] / passes;
+      result.outputs.push_back({label, mean});
+      std::ostringstream loss;
+      if (weight != 0) loss << " (* " << weight << " = " << weight * mean << " loss)";
+      LOG(INFO) << "    Test net output #" << result.outputs.size() - 1 << ": " << label
+                << " = " << mean << loss.str();
     }
     offset += count;
   }

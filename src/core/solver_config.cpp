@@ -236,16 +236,16 @@ void check_run_fields(const Checker& c, const SolverParameter& p, const std::str
             p.display());
   c.require(p.max_iter() >= 0, "max_iter", "max_iter must be >= 0, got ", p.max_iter());
 
-  if (p.test_iter_size() > 1)
-    c.refuse_at("test_iter", 1, "one test net is supported: give one test_iter");
-  if (p.test_iter_size() == 1 && p.test_iter(0) <= 0)
-    c.refuse_at("test_iter", 0, "test_iter must be > 0, got ", p.test_iter(0));
+  // How many test_iter values there are for how many test nets: solver_nets.hpp.
+  for (int i = 0; i < p.test_iter_size(); ++i)
+    if (p.test_iter(i) <= 0)
+      c.refuse_at("test_iter", i, "test_iter must be > 0, got ", p.test_iter(i));
   c.require(p.test_interval() >= 0, "test_interval", "test_interval must be >= 0, got ",
             p.test_interval());
   if (p.test_interval() > 0 && p.test_iter_size() == 0)
     c.refuse("test_interval", "test_interval is ", p.test_interval(), ": give test_iter, the "
              "number of test batches");
-  if (p.test_iter_size() == 1 && p.test_interval() == 0 && tests == TestRunner::kSolve)
+  if (p.test_iter_size() > 0 && p.test_interval() == 0 && tests == TestRunner::kSolve)
     c.refuse_at("test_iter", 0, "test_iter is set but no test_interval says when to test; give "
                 "test_interval (iterations between tests), or remove test_iter");
   if (p.has_test_initialization())
@@ -273,6 +273,9 @@ void check_run_fields(const Checker& c, const SolverParameter& p, const std::str
 
   c.require(p.snapshot() >= 0, "snapshot", "snapshot must be >= 0 (0: no periodic snapshots), "
             "got ", p.snapshot());
+  c.require(!p.snapshot_diff(), "snapshot_diff", "snapshot_diff is true, but Lamina's snapshots "
+            "do not store gradients (each iteration computes them anew, so a resumed run "
+            "does not need them); remove snapshot_diff");
   if (!p.snapshot_prefix().empty()) return;
   if (p.has_snapshot_prefix() && (p.snapshot() > 0 || p.snapshot_after_train())) {
     const std::string asked = p.snapshot() > 0

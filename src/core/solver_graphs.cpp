@@ -18,7 +18,14 @@ namespace lamina {
 void Solver::init_replays() {
   if (!param_.cuda_graph() || !backend_.can_capture()) return;
   std::string blocker = net_->capture_blocker();
-  if (blocker.empty() && test_net_) blocker = test_net_->capture_blocker();
+  for (const auto& test : test_nets_)
+    if (blocker.empty()) blocker = test->capture_blocker();
+  // debug_info reads every layer's values back to the host between its operations.
+  bool debug = param_.debug_info() || net_->debug_info();
+  for (const auto& test : test_nets_) debug = debug || test->debug_info();
+  if (blocker.empty() && debug)
+    blocker = "debug_info is on (it reads every layer's values back to the host, layer by "
+              "layer)";
   if (!blocker.empty()) {
     LOG(INFO) << "CUDA graphs off: " << blocker << "; every operation is launched directly";
     return;
@@ -31,7 +38,7 @@ void Solver::stop_replaying(const std::string& why) {
                << "now on (cuda_graph: false avoids the attempt)";
   graphs_ = false;
   step_graph_.reset();
-  test_graph_.reset();
+  for (auto& graph : test_graphs_) graph.reset();
 }
 
 bool Solver::replay_step() {
@@ -43,10 +50,12 @@ bool Solver::replay_step() {
                 });
 }
 
-bool Solver::replay_test() {
-  if (!graphs_ || !test_warm_) return false;
-  return replay(*test_net_, test_passes(), "the test", test_graph_, test_graph_generation_,
-                [this] { run_test_passes(); });
+bool Solver::replay_test(int k) {
+  if (!graphs_ || !test_warm_[k]) return false;
+  const std::string what = num_test_nets() > 1 ? "the test of net #" + std::to_string(k)
+                                               : std::string("the test");
+  return replay(*test_nets_[k], test_passes(k), what.c_str(), test_graphs_[k],
+                test_graph_generations_[k], [this, k] { run_test_passes(k); });
 }
 
 bool Solver::replay(Net& net, int passes, const char* what, std::unique_ptr<CapturedOps>& graph,

@@ -171,7 +171,7 @@ SnapshotPaths Solver::snapshot() {
   backend_.copy_to_host(sizeof(float), loss_sum_.get(), &state.loss_sum);
   state.loss_sum_count = loss_sum_count_;
   state.train_layers = net_->layer_states();
-  if (test_net_) state.test_layers = test_net_->layer_states();
+  for (const auto& test : test_nets_) state.test_layers.push_back(test->layer_states());
   state.algorithms = backend_.algorithm_choices();
   state.workers = workers();
   // The loss scale, or the skipped count of an earlier FP16 run that Adam's count keeps.
@@ -241,11 +241,16 @@ void Solver::restore(const std::string& state_path) {
   LAMINA_REQUIRE(int64_t(state.loss_ring.size()) == average, what, "it was written with "
                  "average_loss ", state.loss_ring.size(), ", this solver has ", average,
                  "; use the same average_loss");
-  // A state written with a test net resumes without one; one written without a test net
-  // leaves this solver's test net where it is (its position only affects test outputs).
-  const bool restore_test = test_net_ && !state.test_layers.empty();
-  if (test_net_ && state.test_layers.empty() && !test_net_->layer_states().empty())
-    LOG(INFO) << what << "it holds no TEST net state; the test data starts from the beginning";
+  // A state written with test nets resumes without them (or with fewer); a test net it
+  // holds no state for stays where it is (its position only affects test outputs).
+  std::vector<int> restore_tests;
+  for (int k = 0; k < num_test_nets(); ++k) {
+    if (k < int(state.test_layers.size()) && !state.test_layers[k].empty())
+      restore_tests.push_back(k);
+    else if (!test_nets_[k]->layer_states().empty())
+      LOG(INFO) << what << "it holds no state for test net #" << k
+                << "; its test data starts from the beginning";
+  }
 
   // The weights file written with it, checked by its checksum.
   std::filesystem::path weights_path(state.weights_file);
@@ -262,21 +267,23 @@ void Solver::restore(const std::string& state_path) {
   // Every check passed: apply. Layer states first (they can still refuse; rolled back).
   const std::string source = what.substr(0, what.size() - 2);
   const Net::LayerStates train_before = net_->layer_states();
-  net_->set_layer_states(state.train_layers, source);
-  if (restore_test) {
-    try {
-      test_net_->set_layer_states(state.test_layers, source);
-    } catch (const Error&) {
-      net_->set_layer_states(train_before, "rollback");
-      throw;
-    }
+  std::vector<Net::LayerStates> tests_before;
+  for (int k : restore_tests) tests_before.push_back(test_nets_[k]->layer_states());
+  try {
+    net_->set_layer_states(state.train_layers, source);
+    for (int k : restore_tests) test_nets_[k]->set_layer_states(state.test_layers[k], source);
+  } catch (const Error&) {
+    net_->set_layer_states(train_before, "rollback");
+    for (size_t i = 0; i < restore_tests.size(); ++i)
+      test_nets_[restore_tests[i]]->set_layer_states(tests_before[i], "rollback");
+    throw;
   }
   arena.from_host(weights, arena.data());
   backend_.reuse_algorithm_choices(state.algorithms);
   // The next step and test run directly before they are recorded again: a plan the choices
   // replaced is made then, not while recording.
   step_warm_ = false;
-  test_warm_ = false;
+  test_warm_.assign(test_warm_.size(), false);
   for (int k = 0; k < arena.num_state(); ++k) arena.from_host(state.optimizer[k], arena.state(k));
   backend_.copy_from_host(sizeof(float) * average, state.loss_ring.data(), loss_ring_.get());
   backend_.copy_from_host(sizeof(float), &state.loss_sum, loss_sum_.get());

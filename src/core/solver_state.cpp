@@ -12,7 +12,31 @@ namespace lamina {
 namespace {
 
 constexpr char kTrainStates[] = "state/train/";
-constexpr char kTestStates[] = "state/test/";
+constexpr char kTestStates[] = "state/test";  // then "/" for test net #0, "<k>/" for #k
+
+std::string test_states_prefix(size_t k) {
+  return kTestStates + (k == 0 ? std::string() : std::to_string(k)) + "/";
+}
+
+// Which test net a record of layer state belongs to, and the layer: "state/test/x" is net
+// 0's 'x', "state/test2/x" net 2's; false for other records.
+bool test_state_record(const std::string& name, size_t& net, std::string& layer) {
+  const std::string prefix = kTestStates;
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  const size_t slash = name.find('/', prefix.size());
+  if (slash == std::string::npos) return false;
+  const std::string digits = name.substr(prefix.size(), slash - prefix.size());
+  if (digits.empty()) {
+    net = 0;
+  } else {
+    if (digits.size() > 4 || digits[0] == '0' ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    net = std::stoul(digits);
+  }
+  layer = name.substr(slash + 1);
+  return true;
+}
 
 }  // namespace
 
@@ -38,11 +62,11 @@ std::vector<SnapshotRecord> encode_solver_state(const SolverState& s, const Para
       SnapshotRecord::of_floats("loss_ring", {int64_t(s.loss_ring.size())}, s.loss_ring));
   records.push_back(SnapshotRecord::of_floats("loss_sum", {1}, {s.loss_sum}));
   records.push_back(SnapshotRecord::of_ints("loss_sum_count", {s.loss_sum_count}));
-  for (const auto& [prefix, states] : {std::pair{kTrainStates, &s.train_layers},
-                                       std::pair{kTestStates, &s.test_layers}}) {
-    for (const auto& [layer, values] : *states)
-      records.push_back(SnapshotRecord::of_ints(prefix + layer, values));
-  }
+  for (const auto& [layer, values] : s.train_layers)
+    records.push_back(SnapshotRecord::of_ints(kTrainStates + layer, values));
+  for (size_t k = 0; k < s.test_layers.size(); ++k)
+    for (const auto& [layer, values] : s.test_layers[k])
+      records.push_back(SnapshotRecord::of_ints(test_states_prefix(k) + layer, values));
   records.push_back(SnapshotRecord::of_bytes("weights_file", s.weights_file));
   records.push_back(SnapshotRecord::of_ints("weights_crc32", {int64_t(s.weights_crc32)}));
   if (!s.algorithms.empty())
@@ -114,16 +138,24 @@ SolverState decode_solver_state(const SnapshotFile& file, const std::string& pat
         arena_from_records(arena, file, path, prefix, WeightsMatch::kExact, &report));
     for (const std::string& name : report.loaded) used.insert(prefix + name);
   }
-  // Layer states of both nets.
+  // Layer states of the train net and the test nets.
   for (const SnapshotRecord& r : file.records) {
-    for (const auto& [prefix, states] : {std::pair{kTrainStates, &s.train_layers},
-                                         std::pair{kTestStates, &s.test_layers}}) {
-      const std::string p = prefix;
-      if (r.name.compare(0, p.size(), p) != 0) continue;
-      LAMINA_REQUIRE(r.type == Type::kInt64, what, "record '", r.name, "' is not int64");
-      (*states)[r.name.substr(p.size())] = r.ints;
-      used.insert(r.name);
+    const std::string train = kTrainStates;
+    size_t net = 0;
+    std::string layer;
+    Net::LayerStates* states = nullptr;
+    if (r.name.compare(0, train.size(), train) == 0) {
+      states = &s.train_layers;
+      layer = r.name.substr(train.size());
+    } else if (test_state_record(r.name, net, layer)) {
+      if (s.test_layers.size() <= net) s.test_layers.resize(net + 1);
+      states = &s.test_layers[net];
+    } else {
+      continue;
     }
+    LAMINA_REQUIRE(r.type == Type::kInt64, what, "record '", r.name, "' is not int64");
+    (*states)[layer] = r.ints;
+    used.insert(r.name);
   }
   for (const SnapshotRecord& r : file.records) {
     if (used.count(r.name)) continue;

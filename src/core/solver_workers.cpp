@@ -7,6 +7,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "lamina/communicator.hpp"
 #include "lamina/gradient_buckets.hpp"
@@ -28,27 +29,31 @@ int Solver::workers() const { return comm_ ? comm_->size() : 1; }
 int Solver::rank() const { return comm_ ? comm_->rank() : 0; }
 bool Solver::writes_files() const { return rank() == 0; }
 
-void Solver::check_workers_agree(const NetParameter& net_param) {
+void Solver::check_workers_agree(const SolverNets& nets) {
   // The device a worker trains on is its own; everything else must be the same.
   SolverParameter same = param_;
   same.clear_device_id();
   require_same_on_all_workers(*comm_, same.ShortDebugString(), "solver");
-  require_same_on_all_workers(*comm_, net_param.ShortDebugString(), "net");
+  std::string all = nets.train.param.ShortDebugString();
+  for (const SolverNet& test : nets.tests) all += "\n" + test.param.ShortDebugString();
+  require_same_on_all_workers(*comm_, all, "net");
 }
 
 void Solver::join_workers() {
   const int n = workers(), r = rank();
   net_->set_worker(r, n);
-  if (test_net_) {
-    LAMINA_REQUIRE(param_.test_iter(0) % n == 0, "test_iter ", param_.test_iter(0),
+  for (int k = 0; k < num_test_nets(); ++k) {
+    LAMINA_REQUIRE(param_.test_iter(k) % n == 0, "test_iter ", param_.test_iter(k),
+                   num_test_nets() > 1 ? " of test net #" + std::to_string(k) : std::string(),
                    " does not split evenly over the ", n, " workers; make it a multiple of ", n,
                    " (each worker runs test_iter / ", n, " batches of its share of the test data)");
-    test_net_->set_worker(r, n);
+    test_nets_[k]->set_worker(r, n);
   }
   // Data files of the same size and the same positions in them.
   std::string positions;
-  for (const Net* net : {net_.get(), test_net_.get()}) {
-    if (!net) continue;
+  std::vector<const Net*> nets = {net_.get()};
+  for (const auto& test : test_nets_) nets.push_back(test.get());
+  for (const Net* net : nets) {
     for (const auto& [layer, values] : net->layer_states()) {
       positions += layer + ":";
       for (int64_t v : values) positions += " " + std::to_string(v);
@@ -57,8 +62,13 @@ void Solver::join_workers() {
   }
   require_same_on_all_workers(*comm_, positions, "data set (or data position)");
   broadcast_weights();
-  buckets_ = std::make_unique<GradientBuckets>(*net_, *comm_,
-                                               double(param_.gradient_bucket_mb()) * 1e6);
+  // layer_wise_reduce: false (Caffe's): one all-reduce after the whole backward pass. So
+  // with debug_info too, whose lines then show this worker's own gradients, not sums in
+  // progress.
+  const double bucket_bytes = param_.layer_wise_reduce() && !net_->debug_info()
+                                  ? double(param_.gradient_bucket_mb()) * 1e6
+                                  : std::numeric_limits<double>::infinity();
+  buckets_ = std::make_unique<GradientBuckets>(*net_, *comm_, bucket_bytes);
   // Clipping and loss scaling need every gradient (their sum of squares) before any update.
   update_by_bucket_ = buckets_->beside() && param_.clip_gradients() <= 0 && !scales_loss();
   const int64_t batch = pass_batch(*net_);
@@ -66,7 +76,8 @@ void Solver::join_workers() {
             << comm_->description() << "), batch " << batch << " per worker, global batch "
             << batch * n << " (x iter_size " << param_.iter_size() << "); each update "
             << "applies the mean gradient over the global batch; gradients: "
-            << buckets_->summary();
+            << buckets_->summary()
+            << (param_.layer_wise_reduce() ? "" : " (layer_wise_reduce: false)");
 }
 
 void Solver::log_throughput(int iterations, std::chrono::steady_clock::time_point start) {
