@@ -187,7 +187,17 @@ class NativeBackend final : public Backend {
                       const float* dy, const float* slope, float* dx, float* dslope) override;
   // --
   // tensor copies and reductions (tensor_ops)
-
+  void copy_block(const BlockCopy& box, const float* src, float* dst, bool accumulate) override;
+  void reduce_middle(ReduceOp op, int64_t outer, int64_t mid, int64_t inner, float coeff,
+                     const float* x, float* y) override;
+  void reduce_middle_backward(ReduceOp op, int64_t outer, int64_t mid, int64_t inner,
+                              float coeff, const float* x, const float* dy, float* dx) override;
+  void argmax(int64_t outer, int64_t channels, int64_t inner, int64_t top_k, const float* x,
+              float* index, float* value) override;
+  void gather_rows(int64_t rows, int64_t cols, const float* index, int64_t src_rows,
+                   const float* src, float* dst) override;
+  void scatter_add_rows(int64_t rows, int64_t cols, const float* index, int64_t dst_rows,
+                        const float* src, float* dst) override;
   // --
   // LRN and im2col (lrn_ops, im2col_ops)
   void lrn_forward(int64_t n, int64_t c, int64_t inner, const LrnArgs& args, const float* x,

@@ -43,7 +43,15 @@ void register_deconvolution_layer();  // Deconvolution
 void register_im2col_layer();         // Im2col
 void register_spp_layer();            // SPP
 // --
-// (shape layers)
+void register_slice_layer();          // Slice
+void register_silence_layer();        // Silence
+void register_crop_layer();           // Crop
+void register_tile_layer();           // Tile
+void register_reduction_layer();      // Reduction
+void register_argmax_layer();         // ArgMax
+void register_embed_layer();          // Embed
+void register_batch_reindex_layer();  // BatchReindex
+void register_parameter_layer();      // Parameter
 // --
 
 void register_builtin_layers() {
@@ -84,7 +92,15 @@ void register_builtin_layers() {
   register_im2col_layer();
   register_spp_layer();
   // --
-  // (shape layers)
+  register_slice_layer();
+  register_silence_layer();
+  register_crop_layer();
+  register_tile_layer();
+  register_reduction_layer();
+  register_argmax_layer();
+  register_embed_layer();
+  register_batch_reindex_layer();
+  register_parameter_layer();
   // --
 }
 
