@@ -635,9 +635,10 @@ class Backend {
   // dx = d * (p == 1 ? sign(margin) : 2 margin) * dloss / rows.
   virtual void hinge_loss_backward(int64_t rows, int64_t cols, int p, const float* margin,
                                    const float* labels, const float* dloss, float* dx);
-  // Contrastive loss of pairs a, b (rows, cols) with similar[r] (nonzero: similar): diff =
-  // a - b, dist_sq[r] = |diff_r|^2; loss = sum over rows of (similar ? dist_sq : legacy ?
-  // max(margin - dist_sq, 0) : max(margin - sqrt(dist_sq), 0)^2) / (2 rows).
+  // Contrastive loss of pairs a, b (rows, cols) with similar[r] (similar where its integer
+  // part is nonzero, as Caffe reads it): diff = a - b, dist_sq[r] = |diff_r|^2; loss = sum
+  // over rows of (similar ? dist_sq : legacy ? max(margin - dist_sq, 0) :
+  // max(margin - sqrt(dist_sq), 0)^2) / (2 rows).
   virtual void contrastive_loss_forward(int64_t rows, int64_t cols, float margin, bool legacy,
                                         const float* a, const float* b, const float* similar,
                                         float* diff, float* dist_sq, float* loss);

@@ -74,6 +74,11 @@ class InfogainLossLayer : public LabelledLoss {
     return {"loss_param", "infogain_loss_param"};
   }
   std::vector<Operation> operations() const override { return {Operation::kCaffeLosses}; }
+  // With a second top, the backward pass may read the probabilities back from it: a later
+  // layer must not overwrite them in place.
+  TopUse backward_reads_top() const override {
+    return param_.top_size() > 1 ? TopUse::kValues : TopUse::kNothing;
+  }
 
   int max_bottoms() const override { return 3; }
   int max_tops() const override { return 2; }

@@ -26,6 +26,11 @@ class SoftmaxWithLossLayer : public LabelledLoss {
   std::vector<std::string> parameter_messages() const override {
     return {"loss_param", "softmax_param"};
   }
+  // With a second top, the backward pass may read the probabilities back from it: a later
+  // layer must not overwrite them in place.
+  TopUse backward_reads_top() const override {
+    return param_.top_size() > 1 ? TopUse::kValues : TopUse::kNothing;
+  }
 
   int max_tops() const override { return 2; }
 
