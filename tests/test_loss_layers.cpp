@@ -570,14 +570,19 @@ TEST_F(LossErrors, InfogainMatrix) {
   Tensors b = bottoms();
   b.push_back(zeros({3, 4}, "H"));
   EXPECT_THAT(setup_error(ig, b), HasSubstr("layer 'ig' (InfogainLoss): H (bottom 'H') must "
-                                            "be (3, 3) for the 3 classes of scores (4, 3), got "
-                                            "(3, 4)"));
-  b.back() = zeros({9}, "H");
-  EXPECT_THAT(setup_error(ig, b), HasSubstr("got (9)"));
+                                            "hold 3 x 3 values for the 3 classes of scores "
+                                            "(4, 3), got (3, 4)"));
+  b.back() = zeros({9}, "H");  // Caffe 1.0 checks only the count: (9) is H row-major
+  {
+    auto layer = make(ig);
+    Tensors top = {output("t0")};
+    EXPECT_NO_THROW(layer->setup(b, top));
+  }
   const std::string wrong = dir / "wrong.binaryproto";
   write_bytes(wrong, blob_proto_bytes(infogain_matrix(4), {1, 1, 4, 4}, true));
   EXPECT_THAT(setup_error(with_source(wrong), bottoms()),
-              HasSubstr("must be (3, 3) for the 3 classes of scores (4, 3), got (1, 1, 4, 4)"));
+              HasSubstr("must hold 3 x 3 values for the 3 classes of scores (4, 3), got "
+                        "(1, 1, 4, 4)"));
   // No H at all; a missing file; a file that is not a BlobProto; data and shape that differ.
   EXPECT_THAT(setup_error(ig, bottoms()),
               HasSubstr("layer 'ig' (InfogainLoss): needs the infogain matrix H (3, 3): set "

@@ -4,7 +4,8 @@
 //           class_rows.hpp). As in Caffe 1.0 (not the older layer, which took
 //           probabilities) the layer takes the softmax of the scores itself.
 // bottom 1: labels, outer * inner class indices stored as floats; no gradient.
-// bottom 2: optional, H (C, C) (leading axes of 1 allowed, e.g. (1, 1, C, C)); no gradient.
+// bottom 2: optional, H: C x C values read row-major, any shape (Caffe checks the count); no
+// gradient.
 //           Without it, H is read at setup from infogain_loss_param.source, a BlobProto file
 //           (Caffe's .binaryproto; shape or the legacy num/channels/height/width, data or
 //           double_data).
@@ -28,13 +29,10 @@
 namespace lamina {
 namespace {
 
-// Whether shape is (C, C) after any leading axes of 1.
-bool is_square(const Shape& shape, int64_t classes) {
-  const size_t n = shape.size();
-  if (n < 2 || shape[n - 1] != classes || shape[n - 2] != classes) return false;
-  for (size_t i = 0; i + 2 < n; ++i)
-    if (shape[i] != 1) return false;
-  return true;
+// Whether an array of this shape holds C x C values, read row-major as H (C, C): Caffe 1.0
+// checks only the count, so (C, C), (1, 1, C, C) and (C C) all load.
+bool holds_square(const Shape& shape, int64_t classes) {
+  return shape_count(shape) == classes * classes;
 }
 
 // H from a BlobProto file: its shape and values. Errors name the file and what is wrong.
@@ -131,9 +129,10 @@ class InfogainLossLayer : public LabelledLoss {
       LAMINA_REQUIRE(source.empty(), where(), "H comes from bottom '", h.name(),
                      "', so infogain_loss_param.source '", source, "' would be unused: "
                      "remove one of them");
-      LAMINA_REQUIRE(is_square(h.shape(), c), where(), "H (bottom '", h.name(), "') must be (",
-                     c, ", ", c, ") for the ", c, " classes of scores ",
-                     bottom[0]->shape_string(), ", got ", h.shape_string());
+      LAMINA_REQUIRE(holds_square(h.shape(), c), where(), "H (bottom '", h.name(),
+                     "') must hold ", c, " x ", c, " values for the ", c,
+                     " classes of scores ", bottom[0]->shape_string(), ", got ",
+                     h.shape_string());
       h_.reset();
       return;
     }
@@ -146,9 +145,10 @@ class InfogainLossLayer : public LabelledLoss {
     } catch (const Error& e) {
       fail(where(), e.what());
     }
-    LAMINA_REQUIRE(is_square(m.shape, c), where(), "H in infogain_loss_param.source '", source,
-                   "' must be (", c, ", ", c, ") for the ", c, " classes of scores ",
-                   bottom[0]->shape_string(), ", got ", shape_string(m.shape));
+    LAMINA_REQUIRE(holds_square(m.shape, c), where(), "H in infogain_loss_param.source '",
+                   source, "' must hold ", c, " x ", c, " values for the ", c,
+                   " classes of scores ", bottom[0]->shape_string(), ", got ",
+                   shape_string(m.shape));
     h_ = std::make_unique<Tensor>(backend_, Shape{c, c}, name() + "/H");
     h_->copy_data_from_host(m.values);
   }

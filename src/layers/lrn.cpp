@@ -16,6 +16,8 @@
 // the batch runs in chunks of images (kChunkFloats floats per array); with one chunk the
 // forward's arrays serve the backward pass, with several it computes them again.
 // local_size must be odd (Caffe's requirement); engine is accepted as a hint. FP32.
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -59,6 +61,9 @@ class LrnLayer : public Layer {
       return;
     }
     args_ = LrnArgs{size * size, p.alpha(), p.beta(), 1.0f};
+    if (p.has_k())
+      LOG(WARNING) << where() << "lrn_param.k is not used by WITHIN_CHANNEL, which adds 1 "
+                   << "(as in Caffe)";
     const int64_t pad = (size - 1) / 2;
     g_ = ConvGeometry{0, c_, x.dim(2), x.dim(3), c_, size, size, 1, 1, pad, pad, 1, 1, 1,
                       x.dim(2), x.dim(3)};
