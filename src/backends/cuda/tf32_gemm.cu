@@ -14,45 +14,20 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/transpose.hpp"
 
 namespace lamina::cuda_detail {
 namespace {
-
-constexpr int kTile = 32, kTileRows = 8;
-
-// out (cols, rows) = in (rows, cols)^T, row-major: a block per 32 x 32 tile through shared
-// memory (a padded row, so neither the reads nor the writes conflict), both coalesced.
-__global__ void transpose_kernel(int64_t rows, int64_t cols, const float* in, float* out) {
-  __shared__ float tile[kTile][kTile + 1];
-  const int64_t c = int64_t{blockIdx.x} * kTile + threadIdx.x;
-  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
-    const int64_t r = int64_t{blockIdx.y} * kTile + i;
-    if (r < rows && c < cols) tile[i][threadIdx.x] = in[r * cols + c];
-  }
-  __syncthreads();
-  const int64_t r = int64_t{blockIdx.y} * kTile + threadIdx.x;
-  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
-    const int64_t oc = int64_t{blockIdx.x} * kTile + i;
-    if (oc < cols && r < rows) out[oc * rows + r] = tile[threadIdx.x][i];
-  }
-}
-
-void transpose_matrix(cudaStream_t s, int64_t rows, int64_t cols, const float* in, float* out) {
-  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
-                  static_cast<unsigned>((rows + kTile - 1) / kTile));
-  transpose_kernel<<<grid, dim3(kTile, kTileRows), 0, s>>>(rows, cols, in, out);
-  LAMINA_CUDA_LAUNCHED(transpose_kernel);
-}
 
 // The transposed copies: A's at the workspace's start, B's after it at a 256-byte boundary.
 int64_t b_offset(int64_t m, int64_t k) { return (m * k + 63) / 64 * 64; }  // floats
 
 // Large enough that transposing costs less than it saves (both operands at least 512 wide,
 // a sum of at least 256 terms), small enough that the copies take at most 256 MB of
-// workspace, and within the grid's 65535 tiles down a column.
+// workspace.
 bool transpose_first(int64_t m, int64_t n, int64_t k) {
   constexpr int64_t kMaxCopyBytes = int64_t{256} << 20;
-  return m >= 512 && n >= 512 && k >= 256 && k <= int64_t{65535} * kTile &&
+  return m >= 512 && n >= 512 && k >= 256 &&
          int64_t{sizeof(float)} * (b_offset(m, k) + n * k) <= kMaxCopyBytes;
 }
 
@@ -66,8 +41,8 @@ void CudaBackend::tf32_gemm(Transpose trans_a, Transpose trans_b, int64_t m, int
       !context_.in_workspace(a) && !context_.in_workspace(b) && !context_.in_workspace(c)) {
     float* a_t = static_cast<float*>(context_.workspace(sizeof(float) * (b_offset(m, k) + n * k)));
     float* b_t = a_t + b_offset(m, k);
-    transpose_matrix(s, k, m, a, a_t);  // (m, k)
-    transpose_matrix(s, k, n, b, b_t);  // (n, k)
+    launch_transpose(s, 1, k, m, a, a_t);  // (m, k)
+    launch_transpose(s, 1, k, n, b, b_t);  // (n, k)
     return tf32_gemm(Transpose::kNo, Transpose::kYes, m, n, k, alpha, a_t, b_t, beta, c);
   }
   lt_gemm(CUDA_R_32F, Math::kTF32, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
