@@ -123,6 +123,7 @@ const std::vector<InPlaceCase>& cases() {
       {"ArgMax", "ArgMax", {"x"}, "", false},
       {"Embed", "Embed", {"pair"}, "embed_param { num_output: 3 input_dim: 4 }", false},
       {"BatchReindex", "BatchReindex", {"x", "label"}, "", false},
+      {"Filter", "Filter", {"x", "label"}, "", false},
   };
   return all;
 }

@@ -130,6 +130,17 @@ class Layer {
   virtual void absorbed() {}
 
   virtual void setup(const Tensors& bottom, const Tensors& top) = 0;
+
+  // Shapes that change from pass to pass (Caffe reshapes every layer before each forward).
+  // A layer whose top shapes depend on its bottoms' values (Filter: as many rows as its
+  // selector keeps) returns true and reshapes its tops in forward(). The net then calls
+  // reshape() on each later layer whose bottoms no longer have the shapes it was set up
+  // with, before that layer's forward. Such a net is not fused (absorb) and not captured.
+  virtual bool reshapes_each_pass() const { return false; }
+  // Runs setup() again for the bottoms' new shapes. add_param then hands back the
+  // parameters of the first setup, in the same order; a parameter whose shape would change
+  // is an Error naming the layer (its shape depends on the batch, which varies).
+  void reshape(const Tensors& bottom, const Tensors& top);
   virtual void forward(const Tensors& bottom, const Tensors& top) = 0;
   // Gradient w.r.t. the inputs, for each bottom i with propagate[i].
   virtual void backward_input(const Tensors& top, const std::vector<bool>& propagate,
@@ -198,6 +209,10 @@ class Layer {
   uint64_t seed_;
   bool builtin_;
   std::vector<Param> params_;
+
+ private:
+  // During reshape(): the next parameter add_param hands back (-1 outside reshape).
+  int reshaping_param_ = -1;
 };
 
 // A layer set up earlier in the net, with its tops (check_in_place).

@@ -78,6 +78,10 @@ class Net {
   float loss();
   Tensor& loss_tensor() { return *total_; }
 
+  // Whether some layer's tops change shape from pass to pass (Filter): the layers after it
+  // are set up again for their bottoms' new shapes before their forward (Layer::reshape).
+  bool shapes_vary() const { return shapes_vary_; }
+
   // Per-layer access, for the timing tool.
   int num_layers() const { return static_cast<int>(layers_.size()); }
   Layer& layer(int i) { return *layers_[i]; }
@@ -190,6 +194,12 @@ class Net {
   bool uses_half_copy_ = false;  // some layer reads the weights' 16-bit copy
   bool half_copy_by_update_ = false;  // half_copy_kept_by_update()
   std::vector<bool> learnable_;  // per layer: some parameter has lr_mult != 0
+  // Some layer's tops change shape from pass to pass (Layer::reshapes_each_pass): then
+  // forward_layer first reshapes a layer whose bottoms' shapes differ from those it was
+  // last set up with (bottom_shapes_, per layer).
+  bool shapes_vary_ = false;
+  std::vector<std::vector<Shape>> bottom_shapes_;
+  void reshape_if_needed(int i);
   std::vector<std::vector<bool>> propagate_;  // per layer, per bottom
   std::vector<std::unique_ptr<Tensor>> blobs_;
   std::map<std::string, int> blob_index_;

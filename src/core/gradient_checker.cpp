@@ -16,6 +16,8 @@ class Probe {
   Probe(Layer& layer, const Tensors& bottom, const Tensors& top, uint64_t seed)
       : layer_(layer), bottom_(bottom), top_(top) {
     for (Tensor* b : bottom_) inputs_.push_back(b->copy_data_to_host());
+    // Tops whose shapes forward decides (Filter): r has the shapes a pass gives.
+    if (layer_.reshapes_each_pass()) layer_.forward(bottom_, top_);
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (Tensor* t : top_) {

@@ -13,11 +13,38 @@ Layer::Layer(const LayerParameter& param, const LayerContext& context)
 
 Tensor& Layer::add_param(const std::string& role, const Shape& shape,
                          const FillerParameter& filler) {
+  if (reshaping_param_ >= 0) {
+    const int i = reshaping_param_++;
+    LAMINA_REQUIRE(i < int(params_.size()), where(), "it declares more parameters when its "
+                   "bottoms change shape; it cannot follow a layer whose tops change shape "
+                   "from pass to pass (Filter)");
+    Tensor& t = *params_[i].tensor;
+    LAMINA_REQUIRE(t.shape() == shape, where(), "its parameter '", t.name(), "' would change "
+                   "shape from ", t.shape_string(), " to ", shape_string(shape), " as its bottoms "
+                   "change shape from pass to pass (behind a Filter); a parameter's shape must "
+                   "not depend on the number of rows");
+    return t;
+  }
   Param p;
   p.tensor = std::make_unique<Tensor>(shape, name() + "/" + role);
   p.filler = filler;
   params_.push_back(std::move(p));
   return *params_.back().tensor;
+}
+
+void Layer::reshape(const Tensors& bottom, const Tensors& top) {
+  reshaping_param_ = 0;
+  try {
+    setup(bottom, top);
+  } catch (...) {
+    reshaping_param_ = -1;
+    throw;
+  }
+  const int declared = reshaping_param_;
+  reshaping_param_ = -1;
+  LAMINA_REQUIRE(declared == int(params_.size()), where(), "it declares fewer parameters when "
+                 "its bottoms change shape; it cannot follow a layer whose tops change shape "
+                 "from pass to pass (Filter)");
 }
 
 bool Layer::set_worker(int /*rank*/, int workers) { return workers == 1 || max_bottoms() != 0; }

@@ -10,8 +10,25 @@ namespace lamina {
 void Net::forward_layer(int i) {
   if (fused_[i]) return;
   MathScope math(backend_, math_[i]);
+  if (shapes_vary_) reshape_if_needed(i);
   layers_[i]->forward(io_[i].bottom_tensors, io_[i].top_tensors);
   if (debug_info_) log_forward(i);
+}
+
+void Net::reshape_if_needed(int i) {
+  std::vector<Shape> shapes;
+  for (const Tensor* b : io_[i].bottom_tensors) shapes.push_back(b->shape());
+  if (shapes == bottom_shapes_[i]) return;
+  try {
+    layers_[i]->reshape(io_[i].bottom_tensors, io_[i].top_tensors);
+  } catch (const Error& e) {
+    std::string now;
+    for (const Shape& s : shapes) now += (now.empty() ? "" : ", ") + shape_string(s);
+    fail(Phase_Name(phase_), " net '", name_, "': reshaping layer '", layers_[i]->name(),
+         "' for bottoms ", now, " (a layer before it changes its tops' shapes each pass): ",
+         e.what());
+  }
+  bottom_shapes_[i] = std::move(shapes);
 }
 
 void Net::backward_layer(int i, const std::function<void(int)>& params_done) {

@@ -581,9 +581,15 @@ void Net::set_up_layers(NetPlan& plan) {
     } catch (const Error& e) {
       rethrow(plan, plan.flat[i], e);
     }
+    std::vector<Shape> shapes;
+    for (const Tensor* b : bottom_tensors) shapes.push_back(b->shape());
+    bottom_shapes_.push_back(std::move(shapes));
+    shapes_vary_ = shapes_vary_ || plan.layers[i]->reshapes_each_pass();
     io_.push_back(std::move(io));
   }
   layers_ = std::move(plan.layers);
+  // Layers set up again each pass keep their own work: no layer absorbs another.
+  if (shapes_vary_) fuse_ = false;
 
   // Outputs: blobs whose last version no layer consumes.
   std::set<int> consumed_set(consumed.begin(), consumed.end());

@@ -51,6 +51,7 @@ void register_reduction_layer();      // Reduction
 void register_argmax_layer();         // ArgMax
 void register_embed_layer();          // Embed
 void register_batch_reindex_layer();  // BatchReindex
+void register_filter_layer();  // Filter
 void register_parameter_layer();      // Parameter
 // --
 
@@ -100,6 +101,7 @@ void register_builtin_layers() {
   register_argmax_layer();
   register_embed_layer();
   register_batch_reindex_layer();
+  register_filter_layer();
   register_parameter_layer();
   // --
 }
