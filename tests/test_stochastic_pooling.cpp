@@ -10,7 +10,7 @@
 //   - the draws as layer state: passes differ, set_state and replayed resume the sequence,
 //     data-parallel workers draw their own;
 //   - errors naming the layer (a pad, SPP levels that would need one, a state of the wrong
-//     size), and a 16-bit net, which runs the pooling in FP32.
+//     size); a 16-bit net, which runs the pooling in FP32; a net's layer states.
 #include <gmock/gmock.h>
 
 #include <cmath>
@@ -423,6 +423,29 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" }
   net.forward();
   net.backward();
   EXPECT_TRUE(std::isfinite(net.loss()));
+}
+
+// In a TRAIN net the pooling's draws are part of the net's layer states (snapshots) and
+// nothing keeps its step from being captured; a TEST net has no state for it.
+TEST(StochasticPoolingNet, DrawsAreNetStateAndTheStepCanBeCaptured) {
+  const std::string text = R"(
+layer { name: "data" type: "Input" top: "data"
+        input_param { shape { dim: 2 dim: 3 dim: 4 dim: 4 } } }
+layer { name: "pool" type: "Pooling" bottom: "data" top: "pool"
+        pooling_param { pool: STOCHASTIC kernel_size: 2 stride: 2 } }
+)";
+  NativeBackend backend;
+  Net train(parse_net_parameter(text, "net"), TRAIN, backend, 1);
+  EXPECT_EQ(train.capture_blocker(), "");
+  ASSERT_EQ(train.layer_states().count("pool"), 1u);
+  const std::vector<int64_t> before = train.layer_states().at("pool");
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_EQ(before[1], 0);
+  train.blob("data").copy_data_from_host(random_values(96, 2, 0.1f, 1));
+  train.forward();
+  EXPECT_EQ(train.layer_states().at("pool"), (std::vector<int64_t>{before[0], 2 * 3 * 2 * 2}));
+  Net test(parse_net_parameter(text, "net"), TEST, backend, 1);
+  EXPECT_EQ(test.layer_states().count("pool"), 0u);
 }
 
 }  // namespace
