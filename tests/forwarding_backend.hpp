@@ -220,6 +220,18 @@ class ForwardingBackend : public CatalogueForwardingBackend {
                      float* dx) override {
     inner_.pool_backward(m, g, dy, mask, dx);
   }
+  void stochastic_pool_forward(const PoolGeometry& g, uint64_t seed, uint64_t offset,
+                               uint64_t per_pass, PassCounter* counter, const float* x,
+                               float* y, int32_t* mask) override {
+    inner_.stochastic_pool_forward(g, seed, offset, per_pass, counter, x, y, mask);
+  }
+  void stochastic_pool_test(const PoolGeometry& g, const float* x, float* y) override {
+    inner_.stochastic_pool_test(g, x, y);
+  }
+  void stochastic_pool_test_backward(const PoolGeometry& g, const float* x, const float* dy,
+                                     float* dx) override {
+    inner_.stochastic_pool_test_backward(g, x, dy, dx);
+  }
   void channel_moments(int64_t o, int64_t c, int64_t i, const float* x, float* mean,
                        float* var) override {
     inner_.channel_moments(o, c, i, x, mean, var);

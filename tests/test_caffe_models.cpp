@@ -341,9 +341,6 @@ const std::string kConvEngine = std::string(kInput) + R"(
 const std::string kPoolEngine = std::string(kInput) + R"(
   layer { name: "pool" type: "Pooling" bottom: "data" top: "pool"
           pooling_param { pool: MAX kernel_size: 2 stride: 2 engine: CUDNN } })";
-const std::string kStochastic = std::string(kInput) + R"(
-  layer { name: "pool" type: "Pooling" bottom: "data" top: "pool"
-          pooling_param { pool: STOCHASTIC kernel_size: 2 stride: 2 } })";
 const std::string kConvAxis = std::string(kInput) + R"(
   layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
           convolution_param { num_output: 4 kernel_size: 3 axis: 2 } })";
@@ -362,7 +359,6 @@ constexpr const char* kDataType = R"(
 INSTANTIATE_TEST_SUITE_P(
     Fields, CaffeUnsupported,
     ::testing::Values(
-        Unsupported{"stochastic pooling", kStochastic.c_str(), "STOCHASTIC"},
         Unsupported{"convolution_param axis", kConvAxis.c_str(), "axis"},
         Unsupported{"a parameter message the layer does not read", kWrongParamMessage.c_str(),
                     "pooling_param"},

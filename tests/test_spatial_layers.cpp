@@ -472,16 +472,8 @@ TEST_F(SpatialLayers, Errors) {
                            "bottom 'x' (2, 3, 5, 9): level 2's 4x4 bins need a 2x3 kernel "
                            "padded by 2x2"));
   EXPECT_THAT(m, HasSubstr("use a pyramid_height of at most 2"));
-  m = setup_error("name: 's4' type: 'SPP' spp_param { pyramid_height: 2 pool: STOCHASTIC }",
-                  x);
-  EXPECT_THAT(m, HasSubstr("layer 's4' (SPP): spp_param.pool: STOCHASTIC is not supported"));
   m = setup_error("name: 's5' type: 'SPP' spp_param { pyramid_height: 1 }", {2, 3});
   EXPECT_THAT(m, HasSubstr("layer 's5' (SPP): expects a 4-D bottom"));
-
-  m = setup_error("name: 'p1' type: 'Pooling' pooling_param { pool: STOCHASTIC "
-                  "kernel_size: 2 }", x);
-  EXPECT_THAT(m, HasSubstr("layer 'p1' (Pooling): pooling_param.pool: STOCHASTIC is not "
-                           "supported"));
 }
 
 // The net rejects settings the layers do not read, and accepts engine as a hint.

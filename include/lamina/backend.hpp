@@ -407,6 +407,22 @@ class Backend {
   // spreads it over the window.
   virtual void pool_backward(PoolMethod method, const PoolGeometry& g, const float* dy,
                              const int32_t* mask, float* dx);
+  // Stochastic pooling (Zeiler and Fergus; Caffe's STOCHASTIC), FP32, windows as above
+  // (Caffe's layers give no pad). Training: window i of the n c out_h out_w draws u =
+  // counter_uniform(seed, offset + p per_pass + i), p = counter->passes, and takes the first
+  // element in row-major order where the running sum of its window reaches u * the window's
+  // sum (sums in double): y = that element, mask = its index as max's. A window where none
+  // does (empty; a negative or NaN sum) gives y = 0, mask -1. Then counter->passes + 1.
+  // pool_backward(kMax, g, dy, mask, dx) is its gradient.
+  virtual void stochastic_pool_forward(const PoolGeometry& g, uint64_t seed, uint64_t offset,
+                                       uint64_t per_pass, PassCounter* counter, const float* x,
+                                       float* y, int32_t* mask);
+  // Testing: y = sum x^2 / sum x over the window (in double), 0 where the sum is 0.
+  virtual void stochastic_pool_test(const PoolGeometry& g, const float* x, float* y);
+  // Its gradient, written with =: dx_j = the sum over the windows holding x_j, in row-major
+  // order, of dy (2 x_j - y) / sum x (0 where the sum is 0).
+  virtual void stochastic_pool_test_backward(const PoolGeometry& g, const float* x,
+                                             const float* dy, float* dx);
   // kBatchNorm. Batch statistics of x (outer, channels, inner): mean[c], and var[c] = the
   // biased variance (divided by outer * inner), both accumulated in double.
   virtual void channel_moments(int64_t outer, int64_t channels, int64_t inner, const float* x,

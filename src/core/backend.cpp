@@ -43,6 +43,17 @@ void Backend::pool_backward(PoolMethod, const PoolGeometry&, const float*, const
                             float*) {
   unsupported(Operation::kPooling, "pool_backward");
 }
+void Backend::stochastic_pool_forward(const PoolGeometry&, uint64_t, uint64_t, uint64_t,
+                                      PassCounter*, const float*, float*, int32_t*) {
+  unsupported(Operation::kPooling, "stochastic_pool_forward");
+}
+void Backend::stochastic_pool_test(const PoolGeometry&, const float*, float*) {
+  unsupported(Operation::kPooling, "stochastic_pool_test");
+}
+void Backend::stochastic_pool_test_backward(const PoolGeometry&, const float*, const float*,
+                                            float*) {
+  unsupported(Operation::kPooling, "stochastic_pool_test_backward");
+}
 void Backend::channel_moments(int64_t, int64_t, int64_t, const float*, float*, float*) {
   unsupported(Operation::kBatchNorm, "channel_moments");
 }

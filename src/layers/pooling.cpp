@@ -1,4 +1,4 @@
-// Pooling: 2-D max or average pooling, NCHW, Caffe's pooling_param.
+// Pooling: 2-D max, average or stochastic pooling, NCHW, Caffe's pooling_param.
 //
 //   bottom (N, C, H, W)  ->  top (N, C, OH, OW)
 // CEIL (Caffe's default): OH = ceil((H + 2 pad_h - KH) / stride_h) + 1, FLOOR rounds down;
@@ -6,32 +6,39 @@
 // ((OH - 1) stride_h >= H + pad_h: OH -= 1), as Caffe does. OW likewise. global_pooling
 // takes the whole plane (kernel = (H, W), stride 1, pad 0).
 // Max pooling records the arg-max of every window in an int32 mask (N, C, OH, OW) and its
-// backward routes dtop there; average pooling spreads dtop over the window. dbottom is
-// written with =. Caffe's optional second top (the mask as floats) is not supported.
-// In a 16-bit precision the bottom, the top and their gradients are 16-bit.
+// backward routes dtop there; average pooling spreads dtop over the window. Stochastic
+// pooling samples a window element in TRAIN (recorded in the mask as max's arg-max) and
+// takes sum x^2 / sum x in TEST (pool_method.hpp); like Caffe, it takes no pad, and its
+// draws are layer state (pass_random.hpp). dbottom is written with =.
+// Caffe's optional second top (the mask as floats) is not supported.
+// In a 16-bit precision the bottom, the top and their gradients are 16-bit; stochastic
+// pooling computes in FP32 (the net converts around it).
 #include <vector>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
+#include "pool_method.hpp"
 #include "spatial.hpp"
 
 namespace lamina {
 namespace {
 
-class PoolingLayer : public Layer {
+// random_: TRAIN stochastic pooling's draws (state: seed and offset).
+class PoolingLayer : public DrawingLayer {
  public:
-  using Layer::Layer;
+  using DrawingLayer::DrawingLayer;
   std::vector<std::string> parameter_messages() const override { return {"pooling_param"}; }
   std::vector<Operation> operations() const override { return {Operation::kPooling}; }
-  HalfSupport half_support() const override { return HalfSupport::kHalf; }
+  HalfSupport half_support() const override {
+    return param_.pooling_param().pool() == PoolingParameter::STOCHASTIC ? HalfSupport::kNone
+                                                                        : HalfSupport::kHalf;
+  }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const PoolingParameter& p = param_.pooling_param();
     const Tensor& x = *bottom[0];
     require_nchw(where(), x);
-    LAMINA_REQUIRE(p.pool() != PoolingParameter::STOCHASTIC, where(), "pooling_param.pool: "
-                   "STOCHASTIC is not supported yet; use MAX or AVE");
-    method_ = p.pool() == PoolingParameter::MAX ? PoolMethod::kMax : PoolMethod::kAverage;
+    kind_ = pool_kind(p, phase_);
     const auto one = [](bool has, uint32_t v) {
       return has ? std::vector<int64_t>{v} : std::vector<int64_t>{};
     };
@@ -61,6 +68,9 @@ class PoolingLayer : public Layer {
                    "positive, got ", stride.h, "x", stride.w);
     LAMINA_REQUIRE(pad.h < kernel.h && pad.w < kernel.w, where(), "pooling_param.pad ", pad.h,
                    "x", pad.w, " must be smaller than the kernel ", kernel.h, "x", kernel.w);
+    LAMINA_REQUIRE(p.pool() != PoolingParameter::STOCHASTIC || (pad.h == 0 && pad.w == 0),
+                   where(), "pooling_param.pad must be 0 with pool: STOCHASTIC (Caffe pads "
+                   "only MAX and AVE pooling), got ", pad.h, "x", pad.w);
 
     g_ = PoolGeometry{x.dim(0), x.dim(1), x.dim(2), x.dim(3), kernel.h, kernel.w, stride.h,
                       stride.w, pad.h, pad.w, 0, 0};
@@ -71,36 +81,45 @@ class PoolingLayer : public Layer {
                    " kernel does not fit in bottom '", x.name(), "' ", x.shape_string(),
                    " padded by ", pad.h, "x", pad.w, ": the output would be empty");
     top[0]->reshape({g_.n, g_.c, g_.out_h, g_.out_w});
-    if (method_ == PoolMethod::kMax) mask_ = Buffer(backend_, sizeof(int32_t) * top[0]->count());
+    if (uses_mask(kind_)) mask_ = Buffer(backend_, sizeof(int32_t) * top[0]->count());
+    if (kind_ == PoolKind::kSampled) random_.shape(backend_, top[0]->count(), 1);
     storage_ = x.dtype();
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     if (is_half(storage_)) {
-      backend_.pool_forward(half_format(storage_), method_, g_, bottom[0]->half_data(),
+      backend_.pool_forward(half_format(storage_), method(), g_, bottom[0]->half_data(),
                             top[0]->mutable_half_data(), mask());
       return;
     }
-    backend_.pool_forward(method_, g_, bottom[0]->data(), top[0]->mutable_data(), mask());
+    pool_forward(backend_, kind_, g_, PoolDraws{&random_}, bottom[0]->data(),
+                 top[0]->mutable_data(), mask());
+    random_.advance();
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
     if (is_half(storage_)) {
-      backend_.pool_backward(half_format(storage_), method_, g_, top[0]->half_diff(), mask(),
+      backend_.pool_backward(half_format(storage_), method(), g_, top[0]->half_diff(), mask(),
                              bottom[0]->mutable_half_diff());
       return;
     }
-    backend_.pool_backward(method_, g_, top[0]->diff(), mask(), bottom[0]->mutable_diff());
+    pool_backward(backend_, kind_, g_, bottom[0]->data(), top[0]->diff(), mask(),
+                  bottom[0]->mutable_diff());
   }
 
  private:
-  int32_t* mask() const { return method_ == PoolMethod::kMax ? mask_.as<int32_t>() : nullptr; }
+  // 16 bits: MAX or AVE only.
+  PoolMethod method() const {
+    return kind_ == PoolKind::kMax ? PoolMethod::kMax : PoolMethod::kAverage;
+  }
+  int32_t* mask() const { return uses_mask(kind_) ? mask_.as<int32_t>() : nullptr; }
 
-  PoolMethod method_ = PoolMethod::kMax;
+  PoolKind kind_ = PoolKind::kMax;
   PoolGeometry g_{};
-  Buffer mask_;  // max only: (N, C, OH, OW) arg-max index h * W + w within the bottom plane
+  // max and TRAIN stochastic: (N, C, OH, OW) the chosen index h * W + w in the bottom plane
+  Buffer mask_;
   DType storage_ = DType::kF32;  // the bottom's and top's (the net chose it)
 };
 

@@ -146,6 +146,12 @@ class CudaBackend final : public Backend {
                     int32_t* mask) override;
   void pool_backward(PoolMethod method, const PoolGeometry& g, const float* dy,
                      const int32_t* mask, float* dx) override;
+  void stochastic_pool_forward(const PoolGeometry& g, uint64_t seed, uint64_t offset,
+                               uint64_t per_pass, PassCounter* counter, const float* x,
+                               float* y, int32_t* mask) override;
+  void stochastic_pool_test(const PoolGeometry& g, const float* x, float* y) override;
+  void stochastic_pool_test_backward(const PoolGeometry& g, const float* x, const float* dy,
+                                     float* dx) override;
   void channel_moments(int64_t outer, int64_t channels, int64_t inner, const float* x,
                        float* mean, float* var) override;
   void batch_norm_forward(int64_t outer, int64_t channels, int64_t inner, float eps,

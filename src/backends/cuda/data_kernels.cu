@@ -2,32 +2,19 @@
 // whose results are bit-identical to the Native backend's (the same counter-based random
 // numbers, the same float operations).
 // Both read a PassCounter in every block and advance it when the last block is done
-// (finish_pass), so one launch per pass does it all.
+// (finish_pass, pass_counter.cuh), so one launch per pass does it all.
 #include <algorithm>
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/half_storage.cuh"
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/pass_counter.cuh"
 #include "lamina/common.hpp"
 #include "lamina/counter_rng.hpp"
 
 namespace lamina::cuda_detail {
 namespace {
-
-// Called by every thread once it has read counter->passes for the last time: the last block
-// to get here adds one to passes. A block counts itself only after all its threads have read
-// (__syncthreads), and the last of gridDim.x blocks comes after every block has counted, so
-// no thread of this launch reads the new value; the next launch on the stream does.
-__device__ void finish_pass(PassCounter* counter) {
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  __threadfence();
-  if (atomicAdd(&counter->blocks_done, 1u) + 1 == gridDim.x) {
-    counter->blocks_done = 0;
-    counter->passes += 1;
-  }
-}
 
 // x, mask, y (n); element i is kept when counter_uniform(seed, offset + passes n + i) >= ratio.
 // x and y stored as S says (half_storage.cuh), the mask FP32.

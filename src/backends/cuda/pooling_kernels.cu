@@ -1,4 +1,5 @@
-// Max and average pooling, NCHW, as Caffe computes them (see PoolGeometry in backend.hpp).
+// Max, average and stochastic pooling, NCHW, as Caffe computes them (see PoolGeometry in
+// backend.hpp; the windows in pool_windows.hpp, shared with the Native backend).
 // x, dx (n, c, h, w); y, dy, mask (n, c, out_h, out_w), stored in FP32 or 16 bits
 // (half_storage.cuh: the sums below are FP32 and double, each 16-bit result rounded once).
 //
@@ -13,6 +14,9 @@
 // instead: the forward's double sum by the block's fixed tree (a thread per output scanned a
 // 32 x 32 plane alone, its loads a plane apart: 0.15 ms for 256 x 64 planes in BF16), the
 // backward's dy / size written by the block, the same float operation as the gather's.
+// Stochastic pooling (FP32) computes each output and each test-phase gradient element with
+// pool_windows.hpp's functions, the Native backend's; training's choices are max's mask, so
+// max's backward is its gradient.
 #include <glog/logging.h>
 
 #include <cfloat>
@@ -21,29 +25,17 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/half_storage.cuh"
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/pass_counter.cuh"
+#include "backends/pool_windows.hpp"
+#include "lamina/counter_rng.hpp"
 
 namespace lamina::cuda_detail {
 namespace {
 
-// The window of output (oh, ow): rows [h0, h1) and columns [w0, w1) clipped to the input,
-// and size, its area clipped to the padded input only (the average's divisor).
-struct Window {
-  int64_t h0, h1, w0, w1, size;
-};
-
-__device__ __forceinline__ Window pool_window(const PoolGeometry& g, int64_t oh, int64_t ow) {
-  Window win;
-  win.h0 = oh * g.stride_h - g.pad_h;
-  win.w0 = ow * g.stride_w - g.pad_w;
-  win.h1 = min(win.h0 + g.kh, g.h + g.pad_h);
-  win.w1 = min(win.w0 + g.kw, g.w + g.pad_w);
-  win.size = (win.h1 - win.h0) * (win.w1 - win.w0);
-  win.h0 = max(win.h0, int64_t{0});
-  win.w0 = max(win.w0, int64_t{0});
-  win.h1 = min(win.h1, g.h);
-  win.w1 = min(win.w1, g.w);
-  return win;
-}
+using pool_windows::covering;
+using pool_windows::Covering;
+using pool_windows::pool_window;
+using pool_windows::Window;
 
 template <class S>
 __global__ void max_pool_forward_kernel(PoolGeometry g, const typename S::Stored* x,
@@ -85,17 +77,6 @@ __global__ void average_pool_forward_kernel(PoolGeometry g, const typename S::St
     }
     y[i] = S::store(static_cast<float>(sum / static_cast<double>(win.size)));
   }
-}
-
-// The outputs [lo, hi) along one axis whose window covers input coordinate pos.
-struct Covering {
-  int64_t lo, hi;
-};
-
-__device__ __forceinline__ Covering covering(int64_t pos, int64_t pad, int64_t kernel,
-                                             int64_t stride, int64_t out) {
-  const int64_t p = pos + pad;
-  return {p < kernel ? 0 : (p - kernel) / stride + 1, min(p / stride + 1, out)};
 }
 
 template <class S>
@@ -169,6 +150,49 @@ __global__ void global_average_backward_kernel(int64_t planes, int64_t plane_siz
     const typename S::Stored v = S::store(sum);
     typename S::Stored* dxp = dx + p * plane_size;
     LAMINA_THREAD_STRIDE_LOOP(j, plane_size) dxp[j] = v;
+  }
+}
+
+// Stochastic pooling (pool_windows.hpp computes each output, as the Native backend does):
+// one thread per output; training reads the pass counter in every block and advances it
+// once the last block is done (pass_counter.cuh).
+__global__ void stochastic_pool_forward_kernel(PoolGeometry g, uint64_t seed, uint64_t offset,
+                                               uint64_t per_pass, PassCounter* counter,
+                                               const float* x, float* y, int32_t* mask) {
+  const uint64_t first = offset + static_cast<uint64_t>(counter->passes) * per_pass;
+  const int64_t out_plane = g.out_h * g.out_w;
+  LAMINA_GRID_STRIDE_LOOP(i, g.n * g.c * out_plane) {
+    const int64_t plane = i / out_plane, o = i - plane * out_plane;
+    const int64_t oh = o / g.out_w, ow = o - oh * g.out_w;
+    const float* xp = x + plane * g.h * g.w;
+    const float u = counter_uniform(seed, first + static_cast<uint64_t>(i));
+    const int64_t chosen = pool_windows::stochastic_choice(g, pool_window(g, oh, ow), xp, u);
+    y[i] = chosen < 0 ? 0.0f : xp[chosen];
+    mask[i] = static_cast<int32_t>(chosen);
+  }
+  finish_pass(counter);
+}
+
+__global__ void stochastic_pool_test_kernel(PoolGeometry g, const float* x, float* y) {
+  const int64_t out_plane = g.out_h * g.out_w;
+  LAMINA_GRID_STRIDE_LOOP(i, g.n * g.c * out_plane) {
+    const int64_t plane = i / out_plane, o = i - plane * out_plane;
+    const int64_t oh = o / g.out_w, ow = o - oh * g.out_w;
+    const pool_windows::WindowSums sums =
+        pool_windows::window_sums(g, pool_window(g, oh, ow), x + plane * g.h * g.w);
+    y[i] = static_cast<float>(pool_windows::weighted_mean(sums));
+  }
+}
+
+// One thread per input element gathers over the windows that hold it.
+__global__ void stochastic_pool_test_backward_kernel(PoolGeometry g, const float* x,
+                                                     const float* dy, float* dx) {
+  const int64_t in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
+  LAMINA_GRID_STRIDE_LOOP(i, g.n * g.c * in_plane) {
+    const int64_t plane = i / in_plane, pixel = i - plane * in_plane;
+    const int64_t ih = pixel / g.w, iw = pixel - ih * g.w;
+    dx[i] = pool_windows::stochastic_test_gradient(g, x + plane * in_plane,
+                                                   dy + plane * out_plane, ih, iw);
   }
 }
 
@@ -252,6 +276,35 @@ void CudaBackend::pool_backward(Half format, PoolMethod method, const PoolGeomet
   with_half_storage(format, [&](auto storage) {
     launch_pool_backward<decltype(storage)>(s, method, g, dy, mask, dx);
   });
+}
+
+// A launch even for no outputs (one block): the pass counter still advances.
+void CudaBackend::stochastic_pool_forward(const PoolGeometry& g, uint64_t seed, uint64_t offset,
+                                          uint64_t per_pass, PassCounter* counter,
+                                          const float* x, float* y, int32_t* mask) {
+  check_pool(g);
+  const int64_t count = g.n * g.c * g.out_h * g.out_w;
+  stochastic_pool_forward_kernel<<<elementwise_grid(count), kBlock, 0, on_device()>>>(
+      g, seed, offset, per_pass, counter, x, y, mask);
+  LAMINA_CUDA_LAUNCHED(stochastic_pool_forward_kernel);
+}
+
+void CudaBackend::stochastic_pool_test(const PoolGeometry& g, const float* x, float* y) {
+  check_pool(g);
+  const int64_t count = g.n * g.c * g.out_h * g.out_w;
+  if (count == 0) return;
+  stochastic_pool_test_kernel<<<elementwise_grid(count), kBlock, 0, on_device()>>>(g, x, y);
+  LAMINA_CUDA_LAUNCHED(stochastic_pool_test_kernel);
+}
+
+void CudaBackend::stochastic_pool_test_backward(const PoolGeometry& g, const float* x,
+                                                const float* dy, float* dx) {
+  check_pool(g);
+  const int64_t count = g.n * g.c * g.h * g.w;
+  if (count == 0) return;
+  stochastic_pool_test_backward_kernel<<<elementwise_grid(count), kBlock, 0, on_device()>>>(
+      g, x, dy, dx);
+  LAMINA_CUDA_LAUNCHED(stochastic_pool_test_backward_kernel);
 }
 
 }  // namespace lamina::cuda_detail

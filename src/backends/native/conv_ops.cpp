@@ -1,5 +1,6 @@
 // NativeBackend's spatial operations: convolution (im2col + sgemm in math(), as Caffe does)
-// and pooling (Caffe's loops). The semantics are the comments in backend.hpp.
+// and pooling (Caffe's loops; stochastic pooling's in pool_windows.hpp). The semantics are
+// the comments in backend.hpp.
 //
 // Convolution, NCHW. With kernel = kh kw and the groups' sizes cg = c / groups,
 // kg = k / groups, the column matrix of an image is col (c kernel, out_h out_w): row
@@ -31,6 +32,8 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/pool_windows.hpp"
+#include "lamina/counter_rng.hpp"
 #include "lamina/native_backend.hpp"
 #include "im2col.hpp"
 #include "parallel.hpp"
@@ -344,6 +347,55 @@ void NativeBackend::pool_backward(PoolMethod method, const PoolGeometry& g, cons
           for (int64_t iw = cols.lo[ow]; iw < cols.hi[ow]; ++iw) dxp[ih * g.w + iw] += share;
         }
       }
+    }
+  });
+}
+
+// Stochastic pooling, FP32: each output (and each test-phase gradient element) as
+// pool_windows.hpp computes it, the CUDA kernels' functions. x (n, c, h, w); y, mask
+// (n, c, out_h, out_w); output i draws counter_uniform(seed, offset + passes per_pass + i).
+void NativeBackend::stochastic_pool_forward(const PoolGeometry& g, uint64_t seed,
+                                            uint64_t offset, uint64_t per_pass,
+                                            PassCounter* counter, const float* x, float* y,
+                                            int32_t* mask) {
+  check_pool(g);
+  const int64_t in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
+  const uint64_t first = offset + static_cast<uint64_t>(counter->passes) * per_pass;
+  parallel_rows(g.n * g.c, 2 * out_plane * g.kh * g.kw, [&](int64_t p) {
+    const float* xp = x + p * in_plane;
+    for (int64_t o = 0; o < out_plane; ++o) {
+      const int64_t i = p * out_plane + o;
+      const float u = counter_uniform(seed, first + static_cast<uint64_t>(i));
+      const pool_windows::Window win = pool_windows::pool_window(g, o / g.out_w, o % g.out_w);
+      const int64_t chosen = pool_windows::stochastic_choice(g, win, xp, u);
+      y[i] = chosen < 0 ? 0.0f : xp[chosen];
+      mask[i] = static_cast<int32_t>(chosen);
+    }
+  });
+  counter->passes += 1;
+}
+
+void NativeBackend::stochastic_pool_test(const PoolGeometry& g, const float* x, float* y) {
+  check_pool(g);
+  const int64_t in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
+  parallel_rows(g.n * g.c, out_plane * g.kh * g.kw, [&](int64_t p) {
+    for (int64_t o = 0; o < out_plane; ++o) {
+      const pool_windows::Window win = pool_windows::pool_window(g, o / g.out_w, o % g.out_w);
+      const pool_windows::WindowSums sums = pool_windows::window_sums(g, win, x + p * in_plane);
+      y[p * out_plane + o] = static_cast<float>(pool_windows::weighted_mean(sums));
+    }
+  });
+}
+
+// dx (n, c, h, w) gathered element by element over the windows that hold it.
+void NativeBackend::stochastic_pool_test_backward(const PoolGeometry& g, const float* x,
+                                                  const float* dy, float* dx) {
+  check_pool(g);
+  const int64_t in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
+  parallel_rows(g.n * g.c, in_plane * g.kh * g.kw * g.kh * g.kw, [&](int64_t p) {
+    for (int64_t j = 0; j < in_plane; ++j) {
+      dx[p * in_plane + j] = pool_windows::stochastic_test_gradient(
+          g, x + p * in_plane, dy + p * out_plane, j / g.w, j % g.w);
     }
   });
 }
