@@ -10,10 +10,12 @@
 //   - the layers in a net, trained through, and replayed as a captured step where the
 //     backend captures;
 //   - the operations (kTensorOps) called directly, on the paths these layers do not reach
-//     and at sizes that split the Native backend's loops between threads: box copies that
-//     add or hold no axis, reductions with positions after the reduced axis, ArgMax on many
-//     ties, gathers and scatter-adds of many rows, fractional indices, indices that name no
-//     row; each against a reference computed here, bit for bit.
+//     and at sizes that split the Native backend's loops between threads or take CUDA's
+//     other kernels: box copies that add or hold no axis, reductions with positions after
+//     the reduced axis and long ones to few outputs, ArgMax on many ties, over long slices
+//     and with NaN, gathers and scatter-adds of many rows, of few columns or of wide rows,
+//     fractional indices, indices that name no row; each against a reference computed here,
+//     bit for bit (CUDA's long sums to few outputs within a rounding).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -52,6 +54,12 @@ std::vector<LayerCase> reduction_cases() {
       cases.push_back(c);
     }
   }
+  // Long reductions to few outputs, which CUDA splits between blocks (reduce_kernels.cu):
+  // 3000 values to a scalar, 2500 per sample.
+  cases.push_back(LayerCase("ReductionSumAxis0Long", "type: 'Reduction' reduction_param { "
+                            "operation: SUM coeff: -1.5 }", {{3, 40, 25}}));
+  cases.push_back(LayerCase("ReductionMeanAxis1Long", "type: 'Reduction' reduction_param { "
+                            "operation: MEAN axis: 1 }", {{2, 50, 50}}));
   return cases;
 }
 
@@ -86,6 +94,8 @@ std::vector<LayerCase> shape_cases() {
       LayerCase("TileAxis1", "type: 'Tile' tile_param { tiles: 3 }", {{2, 3, 2}}),
       LayerCase("TileLastAxis", "type: 'Tile' tile_param { axis: -1 tiles: 4 }", {{2, 2, 3}}),
       LayerCase("TileOnce", "type: 'Tile' tile_param { tiles: 1 }", {{2, 3}}),
+      // 3000 copies of 3 values: the backward sums 3000 terms for each of 3 outputs.
+      LayerCase("TileManyCopies", "type: 'Tile' tile_param { axis: 0 tiles: 3000 }", {{1, 3}}),
       // ArgMax: no gradient. Without axis over (N, rest); with an axis along it.
       LayerCase("ArgMaxTop1", "type: 'ArgMax'", {{3, 5}}).no_gradient(),
       LayerCase("ArgMaxTop3MaxVal", "type: 'ArgMax' argmax_param { top_k: 3 "
@@ -94,14 +104,23 @@ std::vector<LayerCase> shape_cases() {
                 {{2, 4, 3}}).no_gradient(),
       LayerCase("ArgMaxLastAxisMaxVal", "type: 'ArgMax' argmax_param { axis: -1 top_k: 2 "
                 "out_max_val: true }", {{2, 3, 4}}).no_gradient(),
+      // Over 3000 values per sample, as CUDA's blocks share them.
+      LayerCase("ArgMaxTop1LongSlice", "type: 'ArgMax'", {{2, 3, 40, 25}}).no_gradient(),
+      LayerCase("ArgMaxTop3LongSliceMaxVal", "type: 'ArgMax' argmax_param { top_k: 3 "
+                "out_max_val: true }", {{3, 3000}}).no_gradient(),
       // Embed: 8 indices into 5 rows (some repeat), with and without the bias.
       LayerCase("EmbedBias", "type: 'Embed' embed_param { num_output: 3 input_dim: 5 "
                 "weight_filler { type: 'gaussian' } bias_filler { type: 'uniform' } }",
                 {{4, 2}}).labels(0, 5),
       LayerCase("EmbedNoBias", "type: 'Embed' embed_param { num_output: 4 input_dim: 3 "
                 "bias_term: false weight_filler { type: 'uniform' } }", {{6}}).labels(0, 3),
-      // BatchReindex: 6 picks of 4 rows, so rows repeat.
+      // One column, 600 indices into 7 rows: each row's gradient sums about 86 in order.
+      LayerCase("EmbedOneColumnManyIndices", "type: 'Embed' embed_param { num_output: 1 "
+                "input_dim: 7 weight_filler { type: 'uniform' } }", {{3, 200}}).labels(0, 7),
+      // BatchReindex: 6 picks of 4 rows, so rows repeat; and rows of 600 values.
       LayerCase("BatchReindex", "type: 'BatchReindex'", {{4, 3, 2}, {6}}).labels(1, 4),
+      LayerCase("BatchReindexWideRows", "type: 'BatchReindex'", {{5, 2, 15, 20}, {7}})
+          .labels(1, 5),
       LayerCase("Parameter", "type: 'Parameter' parameter_param { shape { dim: 2 dim: 3 } }",
                 {}),
   };
@@ -752,9 +771,25 @@ TEST_P(TensorOps, CopyBlockOfALargeStridedBoxPutsEveryElementWhereItsStridesSay)
 
 // ---------------------------------------------------------------- reduce_middle
 
+// Whether each of got is want's float, or (within_an_ulp) one of its two neighbours.
+void expect_floats(const std::vector<float>& got, const std::vector<float>& want,
+                   bool within_an_ulp) {
+  ASSERT_EQ(got.size(), want.size());
+  int shown = 0;
+  for (size_t i = 0; i < got.size() && shown < 5; ++i) {
+    const bool near = got[i] == std::nextafter(want[i], INFINITY) ||
+                      got[i] == std::nextafter(want[i], -INFINITY);
+    if (got[i] == want[i] || (within_an_ulp && near)) continue;
+    ADD_FAILURE() << "at " << i << ": " << got[i] << " vs " << want[i];
+    ++shown;
+  }
+}
+
 // y (outer, inner) = coeff * the double sum over m in order, rounded once; and the backward.
+// CUDA splits long sums with few outputs between threads (a fixed order of its own): within
+// a rounding of the in-order sum there, the same bits elsewhere.
 void expect_reduction(Backend& backend, ReduceOp op, int64_t outer, int64_t mid,
-                      int64_t inner) {
+                      int64_t inner, bool split = false) {
   const std::vector<float> x = random_values(outer * mid * inner, 3);
   const std::vector<float> dy = random_values(outer * inner, 4);
   const float coeff = 0.75f;
@@ -780,20 +815,40 @@ void expect_reduction(Backend& backend, ReduceOp op, int64_t outer, int64_t mid,
   auto ys = on(backend, std::vector<float>(y.size(), 9.0f));
   auto dxs = on(backend, std::vector<float>(dx.size(), 9.0f));
   backend.reduce_middle(op, outer, mid, inner, coeff, xs->data(), ys->mutable_data());
-  EXPECT_EQ(ys->copy_data_to_host(), y);
+  const std::vector<float> got = ys->copy_data_to_host();
+  expect_floats(got, y, split);
+  backend.reduce_middle(op, outer, mid, inner, coeff, xs->data(), ys->mutable_data());
+  EXPECT_EQ(ys->copy_data_to_host(), got) << "the same bits every run";
   backend.reduce_middle_backward(op, outer, mid, inner, coeff, xs->data(), dys->data(),
                                  dxs->mutable_data());
   EXPECT_EQ(dxs->copy_data_to_host(), dx);
 }
 
 // Inner 70 spans two of the Native backend's runs of 64 positions; (4, 200, 130) is split
-// between threads.
+// between threads. On CUDA, (3, 2, 40000) has enough outputs for a thread each (the Native
+// backend's order); the others have few, and CUDA's blocks share their sums.
 TEST_P(TensorOps, ReduceMiddleSumsEachPositionInOrderOfTheMiddleAxis) {
+  const bool split = is_cuda();
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAbsSum, ReduceOp::kSumSquares}) {
     SCOPED_TRACE(int(op));
-    expect_reduction(*backend_, op, 3, 5, 70);
-    expect_reduction(*backend_, op, 4, 200, 130);
-    expect_reduction(*backend_, op, 1, 1000, 1);
+    expect_reduction(*backend_, op, 3, 5, 70, split);
+    expect_reduction(*backend_, op, 4, 200, 130, split);
+    expect_reduction(*backend_, op, 1, 1000, 1, split);
+    expect_reduction(*backend_, op, 3, 2, 40000);
+  }
+}
+
+// Long middle axes to few outputs: to a scalar (300000 values), to three positions after the
+// axis (blocks of 4 positions), to 40 (two tiles of 32) from 20000 values each, and to one
+// value per sample.
+TEST_P(TensorOps, ReduceMiddleOfLongAxesToFewOutputs) {
+  const bool split = is_cuda();
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAbsSum, ReduceOp::kSumSquares}) {
+    SCOPED_TRACE(int(op));
+    expect_reduction(*backend_, op, 1, 300000, 1, split);
+    expect_reduction(*backend_, op, 2, 5000, 3, split);
+    expect_reduction(*backend_, op, 1, 20000, 40, split);
+    expect_reduction(*backend_, op, 5, 30000, 1, split);
   }
 }
 
@@ -806,36 +861,71 @@ TEST_P(TensorOps, ReduceMiddleOverAnEmptyAxisIsZero) {
 
 // ---------------------------------------------------------------- argmax
 
-// x (30, 40, 7) of integers 0..5 (ties everywhere), top 5: Caffe's sort of (value, index)
-// pairs, descending, gives every pick; each output may be left out.
-TEST_P(TensorOps, ArgmaxPicksAsCaffesDescendingSortOfValueIndexPairs) {
-  const int64_t outer = 30, channels = 40, inner = 7, k = 5;
-  const std::vector<float> x = small_integers(outer * channels * inner, 6, 5);
+// x (outer, channels, inner) of integers (ties everywhere), top k: Caffe's sort of
+// (value, index) pairs, descending, gives every pick; each output may be left out.
+void expect_argmax(Backend& backend, int64_t outer, int64_t channels, int64_t inner, int64_t k,
+                   int levels) {
+  const std::vector<float> x = small_integers(outer * channels * inner, levels, 5);
   std::vector<float> index(outer * k * inner), value(outer * k * inner);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
       std::vector<std::pair<float, int64_t>> pairs;
       for (int64_t c = 0; c < channels; ++c)
         pairs.push_back({x[(o * channels + c) * inner + i], c});
-      std::sort(pairs.begin(), pairs.end(), std::greater<std::pair<float, int64_t>>());
+      std::partial_sort(pairs.begin(), pairs.begin() + k, pairs.end(),
+                        std::greater<std::pair<float, int64_t>>());
       for (int64_t j = 0; j < k; ++j) {
         index[(o * k + j) * inner + i] = float(pairs[j].second);
         value[(o * k + j) * inner + i] = pairs[j].first;
       }
     }
   }
-  auto xs = tensor(x);
-  auto is = tensor(std::vector<float>(index.size(), -7.0f));
-  auto vs = tensor(std::vector<float>(value.size(), -7.0f));
-  backend_->argmax(outer, channels, inner, k, xs->data(), is->mutable_data(),
-                   vs->mutable_data());
+  auto xs = on(backend, x);
+  auto is = on(backend, std::vector<float>(index.size(), -7.0f));
+  auto vs = on(backend, std::vector<float>(value.size(), -7.0f));
+  backend.argmax(outer, channels, inner, k, xs->data(), is->mutable_data(), vs->mutable_data());
   EXPECT_EQ(is->copy_data_to_host(), index);
   EXPECT_EQ(vs->copy_data_to_host(), value);
-  auto only = tensor(std::vector<float>(index.size(), -7.0f));
-  backend_->argmax(outer, channels, inner, k, xs->data(), nullptr, only->mutable_data());
+  auto only = on(backend, std::vector<float>(index.size(), -7.0f));
+  backend.argmax(outer, channels, inner, k, xs->data(), nullptr, only->mutable_data());
   EXPECT_EQ(only->copy_data_to_host(), value);
-  backend_->argmax(outer, channels, inner, k, xs->data(), only->mutable_data(), nullptr);
+  backend.argmax(outer, channels, inner, k, xs->data(), only->mutable_data(), nullptr);
   EXPECT_EQ(only->copy_data_to_host(), index);
+}
+
+// (30, 40, 7) with values 0..5; 3 samples of 5000 values 0..49 (a block each on CUDA);
+// (2, 6, 40000), enough outputs for a thread each on CUDA.
+TEST_P(TensorOps, ArgmaxPicksAsCaffesDescendingSortOfValueIndexPairs) {
+  expect_argmax(*backend_, 30, 40, 7, 5, 6);
+  expect_argmax(*backend_, 3, 5000, 1, 4, 50);
+  expect_argmax(*backend_, 2, 6, 40000, 3, 4);
+}
+
+// NaN, which Caffe's sort leaves undefined, as the scan of every backend treats it: a NaN
+// after the first value is never picked; a NaN first value is the first pick (nothing
+// ranks before it). Over 1000 channels per sample, and 3 channels at each of 70000
+// positions.
+TEST_P(TensorOps, ArgmaxSkipsNanButAFirstOne) {
+  for (const Shape& shape : {Shape{2, 1000, 1}, Shape{2, 3, 70000}}) {
+    const int64_t channels = shape[1], inner = shape[2];
+    std::vector<float> x = random_values(shape_count(shape), 11);
+    for (int64_t i = 0; i < inner; ++i) {
+      x[i] = NAN;                                      // sample 0: channel 0
+      x[(channels + channels - 1) * inner + i] = NAN;  // sample 1: the last channel
+      x[(channels + 1) * inner + i] = 5;               // sample 1: the best of the others
+    }
+    auto xs = tensor(x);
+    auto is = tensor(std::vector<float>(2 * inner, -7.0f));
+    auto vs = tensor(std::vector<float>(2 * inner, -7.0f));
+    backend_->argmax(2, channels, inner, 1, xs->data(), is->mutable_data(), vs->mutable_data());
+    const std::vector<float> index = is->copy_data_to_host(), value = vs->copy_data_to_host();
+    for (int64_t i = 0; i < inner; i += inner > 1 ? 997 : 1) {
+      EXPECT_EQ(index[i], 0.0f);
+      EXPECT_TRUE(std::isnan(value[i]));
+      EXPECT_EQ(index[inner + i], 1.0f);
+      EXPECT_EQ(value[inner + i], 5.0f);
+    }
+  }
 }
 
 // ---------------------------------------------------------------- gather and scatter
@@ -863,6 +953,30 @@ TEST_P(TensorOps, GatherAndScatterAddManyRowsWithRepeatsInOrder) {
   EXPECT_EQ(out->copy_data_to_host(), gathered);
   backend_->scatter_add_rows(rows, cols, is->data(), table, gs->data(), as->mutable_data());
   EXPECT_EQ(as->copy_data_to_host(), added);
+}
+
+// dst (table, cols) += src (rows, cols) row r into row index[r], in order of r, bit for bit:
+// each destination row's additions in the order of the picks.
+void expect_scatter(Backend& backend, int64_t rows, int64_t cols, int64_t table,
+                    uint64_t seed) {
+  const std::vector<float> index = small_integers(rows, int(table), seed);
+  const std::vector<float> grad = random_values(rows * cols, seed + 1);
+  const std::vector<float> start = random_values(table * cols, seed + 2);
+  std::vector<float> added = start;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) added[int64_t(index[r]) * cols + j] += grad[r * cols + j];
+  auto is = on(backend, index), gs = on(backend, grad), as = on(backend, start);
+  backend.scatter_add_rows(rows, cols, is->data(), table, gs->data(), as->mutable_data());
+  EXPECT_EQ(as->copy_data_to_host(), added);
+}
+
+// Embed's shapes: one to three columns from 3000 picks of 40 rows (75 picks a row), 500
+// picks of 5000 rows (most rows untouched); BatchReindex's: 6 picks of 4 rows of 70000.
+TEST_P(TensorOps, ScatterAddOfFewColumnsManyPicksOrWideRows) {
+  expect_scatter(*backend_, 3000, 1, 40, 20);
+  expect_scatter(*backend_, 3000, 3, 40, 21);
+  expect_scatter(*backend_, 500, 2, 5000, 22);
+  expect_scatter(*backend_, 6, 70000, 4, 23);
 }
 
 // Indices that name no row (past the end, negative, NaN): the Native backend throws naming

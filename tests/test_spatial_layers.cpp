@@ -3,7 +3,7 @@
 //   - one table of layer cases over their options: numerical gradient checks on Native,
 //     HostAsDevice and CUDA, and CUDA's forward and backward against Native's (1e-5);
 //   - forward values against references computed here in double from the definitions
-//     (LRN across and within channels, the within-channel batch in several chunks with its
+//     (LRN across and within channels, the within-channel one on large planes with its
 //     gradient too, Deconvolution as a scatter-add, Im2col, SPP as Caffe's per-level
 //     pooling), and the tops' shapes;
 //   - the operations on every backend against the same references, including LRN windows
@@ -49,6 +49,8 @@ std::vector<LayerCase> spatial_cases() {
                 "norm_region: WITHIN_CHANNEL }", {{1, 2, 6, 7}}),
       LayerCase("LrnWithin1", lrn + "local_size: 1 alpha: 1 beta: 0.9 "
                 "norm_region: WITHIN_CHANNEL }", {{2, 2, 3, 3}}),
+      LayerCase("LrnWithinWiderThanPlane", lrn + "local_size: 7 alpha: 3 beta: 0.75 "
+                "norm_region: WITHIN_CHANNEL }", {{2, 2, 3, 2}}),
       // Deconvolution, x (N, C, H, W) -> (N, K, stride (H - 1) + extent - 2 pad, ...).
       LayerCase("DeconvStridePad", deconv + "num_output: 4 kernel_size: 3 stride: 2 pad: 1" +
                 gaussian + "bias_filler { type: 'uniform' min: -0.5 max: 0.5 } }",
@@ -295,10 +297,10 @@ TEST_F(SpatialLayers, LrnMatchesReferences) {
   }
 }
 
-// A bottom whose windows take more than one chunk of images: the forward values and the
-// gradient (the backward pass computing the windows again per chunk) against the reference.
-TEST_F(SpatialLayers, LrnWithinChannelInChunksMatchesReference) {
-  const int64_t h = 300, w = 290;  // 25 h w floats of windows per image: one image a chunk
+// Large planes (300 x 290, so the pooling's windows run over many rows and columns): the
+// forward values and the gradient against the reference.
+TEST_F(SpatialLayers, LrnWithinChannelOnLargePlanesMatchesReference) {
+  const int64_t h = 300, w = 290;
   auto lrn = make("name: 'n' type: 'LRN' lrn_param { local_size: 5 alpha: 3 beta: 0.75 "
                   "norm_region: WITHIN_CHANNEL }");
   Tensor* x = random({3, 1, h, w}, 13, -2, 2);

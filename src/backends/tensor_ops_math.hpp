@@ -1,6 +1,6 @@
 // What the tensor operations (kTensorOps, backend.hpp) compute for one output, written once
 // for the Native backend's loops (native/tensor_ops.cpp) and the CUDA kernels
-// (cuda/tensor_kernels.cu), so that the two give the same bits.
+// (cuda/tensor_kernels.cu, cuda/reduce_kernels.cu), so that the two give the same bits.
 #pragma once
 
 #include <cmath>

@@ -3,22 +3,20 @@
 // ACROSS_CHANNELS (default): y = x (k + alpha / size * (the sum of x^2 over the local_size
 // channels centred on each, clipped at the ends))^-beta, through the lrn operations; the
 // scale (N, C, H, W) is kept for the backward pass, which also reads the top.
-// WITHIN_CHANNEL, as Caffe composes it: y = x (1 + alpha * avg)^-beta, avg the average of
-// x^2 over the local_size x local_size window centred on each pixel (zero padding,
-// (local_size - 1) / 2 each side, always divided by local_size^2). Caffe adds 1 there, not
-// k, and alpha is not divided by the size (the average already divides): k is unused. It
-// runs as an across-channel LRN of the pixels' windows: im2col lays each window out along
-// a channel axis of local_size^2 entries (N, C local_size^2, H, W), whose middle entry is the
-// pixel itself; the lrn operation with size local_size^2, k 1 and this alpha gives that
-// entry exactly y (its window covers the whole patch), and the others are discarded. The
-// backward pass gives the middle entries' dy to lrn_backward and sums the column gradient
-// back with col2im. The column arrays take local_size^2 times the bottom's memory each, so
-// the batch runs in chunks of images (kChunkFloats floats per array); with one chunk the
-// forward's arrays serve the backward pass, with several it computes them again.
+// WITHIN_CHANNEL, as Caffe composes it from layers: y = x scale with
+//   avg   = the average pooling of x^2 over local_size x local_size windows, stride 1,
+//           zero padding (local_size - 1) / 2 (Caffe's AVE pooling: the divisor counts the
+//           padded positions, so it is always local_size^2),
+//   scale = (1 + alpha avg)^-beta, Caffe's Power layer (power -beta, scale alpha, shift 1).
+// Caffe adds 1 there, not k, and alpha is not divided by the size (the average already
+// divides): k is unused. The same operations run here (pool_forward average, the pointwise
+// Power, mul), and the backward pass is the chain of their gradients, as Caffe's layers
+// give it: dx = dy scale + 2 x pool_backward(Power'(avg) (dy x)). avg and scale are kept
+// from the forward pass; a third array holds x^2, then the gradient's intermediate terms,
+// so the scratch is three arrays of the bottom's size.
 // local_size must be odd (Caffe's requirement); engine is accepted as a hint. FP32.
 #include <glog/logging.h>
 
-#include <algorithm>
 #include <vector>
 
 #include "lamina/layer.hpp"
@@ -27,8 +25,6 @@
 
 namespace lamina {
 namespace {
-
-constexpr int64_t kChunkFloats = int64_t{1} << 22;  // 16 MiB per column array
 
 class LrnLayer : public Layer {
  public:
@@ -40,7 +36,7 @@ class LrnLayer : public Layer {
   std::vector<std::string> parameter_messages() const override { return {"lrn_param"}; }
   std::vector<Operation> operations() const override {
     if (!within_) return {Operation::kLrn};
-    return {Operation::kLrn, Operation::kIm2col, Operation::kRowCopy};
+    return {Operation::kPooling, Operation::kPointwise};
   }
   TopUse backward_reads_top() const override {
     return within_ ? TopUse::kNothing : TopUse::kValues;
@@ -53,91 +49,77 @@ class LrnLayer : public Layer {
     LAMINA_REQUIRE(p.local_size() % 2 == 1, where(), "lrn_param.local_size must be odd "
                    "(Caffe's LRN centres the window on each element), got ", p.local_size());
     const int64_t size = p.local_size();
+    count_ = x.count();
     n_ = x.dim(0), c_ = x.dim(1), plane_ = x.dim(2) * x.dim(3);
     top[0]->reshape(x.shape());
+    scale_ = Buffer(backend_, sizeof(float) * count_);
     if (!within_) {
       args_ = LrnArgs{size, p.alpha(), p.beta(), p.k()};
-      scale_ = Buffer(backend_, sizeof(float) * x.count());
       return;
     }
-    args_ = LrnArgs{size * size, p.alpha(), p.beta(), 1.0f};
     if (p.has_k())
       LOG(WARNING) << where() << "lrn_param.k is not used by WITHIN_CHANNEL, which adds 1 "
                    << "(as in Caffe)";
     const int64_t pad = (size - 1) / 2;
-    g_ = ConvGeometry{0, c_, x.dim(2), x.dim(3), c_, size, size, 1, 1, pad, pad, 1, 1, 1,
-                      x.dim(2), x.dim(3)};
-    const int64_t per_image = c_ * args_.size * plane_;
-    chunk_ = std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(per_image, 1), 1,
-                                 std::max<int64_t>(n_, 1));
-    for (Buffer* b : {&col_, &scale_, &col_y_, &col_dy_, &col_dx_})
-      *b = Buffer(backend_, sizeof(float) * chunk_ * per_image);
-    // Only the middle entries of col_dy_ are ever written: the others stay 0.
-    backend_.zero(col_dy_.bytes(), col_dy_.get());
+    pool_ = PoolGeometry{n_, c_, x.dim(2), x.dim(3), size, size, 1, 1, pad, pad,
+                         x.dim(2), x.dim(3)};
+    power_ = Pointwise{PointwiseFn::kPower, -p.beta(), p.alpha(), 1.0f};
+    avg_ = Buffer(backend_, sizeof(float) * count_);
+    work_ = Buffer(backend_, sizeof(float) * count_);
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     const float* x = bottom[0]->data();
     float* y = top[0]->mutable_data();
+    float* scale = scale_.as<float>();
     if (!within_) {
-      backend_.lrn_forward(n_, c_, plane_, args_, x, scale_.as<float>(), y);
+      backend_.lrn_forward(n_, c_, plane_, args_, x, scale, y);
       return;
     }
-    for (int64_t n0 = 0; n0 < n_; n0 += chunk_) {
-      const int64_t images = std::min(chunk_, n_ - n0);
-      within_columns(images, x + n0 * c_ * plane_);
-      // The middle entry of each pixel's window: row (image, channel) of y.
-      backend_.copy_rows(images * c_, plane_, col_y_.as<float>() + middle() * plane_,
-                         args_.size * plane_, y + n0 * c_ * plane_, plane_);
-    }
+    backend_.pointwise_forward(kSquare, count_, x, work_.as<float>());
+    backend_.pool_forward(PoolMethod::kAverage, pool_, work_.as<float>(), avg_.as<float>(),
+                          nullptr);
+    backend_.pointwise_forward(power_, count_, avg_.as<float>(), scale);
+    backend_.mul(count_, x, scale, y);
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
+    const float* x = bottom[0]->data();
     const float* dy = top[0]->diff();
     float* dx = bottom[0]->mutable_diff();
+    const float* scale = scale_.as<float>();
     if (!within_) {
-      backend_.lrn_backward(n_, c_, plane_, args_, bottom[0]->data(), top[0]->data(),
-                            scale_.as<float>(), dy, dx);
+      backend_.lrn_backward(n_, c_, plane_, args_, x, top[0]->data(), scale, dy, dx);
       return;
     }
-    for (int64_t n0 = 0; n0 < n_; n0 += chunk_) {
-      const int64_t images = std::min(chunk_, n_ - n0);
-      if (chunk_ < n_) within_columns(images, bottom[0]->data() + n0 * c_ * plane_);
-      backend_.copy_rows(images * c_, plane_, dy + n0 * c_ * plane_, plane_,
-                         col_dy_.as<float>() + middle() * plane_, args_.size * plane_);
-      backend_.lrn_backward(images * c_, args_.size, plane_, args_, col_.as<float>(),
-                            col_y_.as<float>(), scale_.as<float>(), col_dy_.as<float>(),
-                            col_dx_.as<float>());
-      backend_.col2im(chunk_geometry(images), col_dx_.as<float>(), dx + n0 * c_ * plane_);
-    }
+    // Caffe's layers backwards: the product's gradient for scale (dy x), the Power's for
+    // avg, the pooling's for x^2, the square's for x; then the product's for x (dy scale)
+    // added, as Caffe's Split adds the gradients of the two uses of x.
+    float* work = work_.as<float>();
+    backend_.mul(count_, dy, x, work);
+    backend_.pointwise_backward(power_, count_, avg_.as<float>(), scale, work, work);
+    backend_.pool_backward(PoolMethod::kAverage, pool_, work, nullptr, dx);
+    backend_.pointwise_backward(kSquare, count_, x, nullptr, dx, dx);  // Power reads no y
+    backend_.mul(count_, dy, scale, work);
+    backend_.axpy(count_, 1.0f, work, dx);
   }
 
  private:
-  // The window entry of the pixel itself: the middle one of local_size^2.
-  int64_t middle() const { return (args_.size - 1) / 2; }
-  ConvGeometry chunk_geometry(int64_t images) const {
-    ConvGeometry g = g_;
-    g.n = images;
-    return g;
-  }
-  // col_ = the windows of x (images, C, H, W); col_y_ and scale_ = their across-channel LRN.
-  void within_columns(int64_t images, const float* x) {
-    backend_.im2col(chunk_geometry(images), x, col_.as<float>());
-    backend_.lrn_forward(images * c_, args_.size, plane_, args_, col_.as<float>(),
-                         scale_.as<float>(), col_y_.as<float>());
-  }
+  // Caffe's Power layer with power 2: x^2 (its gradient 2 x dy).
+  static constexpr Pointwise kSquare{PointwiseFn::kPower, 2.0f, 1.0f, 0.0f};
 
   bool within_;
-  LrnArgs args_;
-  int64_t n_ = 0, c_ = 0, plane_ = 0;
-  Buffer scale_;  // across: (N, C, H, W); within: (chunk, C local_size^2, H, W)
-  // WITHIN_CHANNEL: the windows (im2col), their LRN output, its gradient (zero but for the
-  // middle entries) and the windows' gradient, each (chunk, C local_size^2, H, W).
-  ConvGeometry g_{};  // local_size x local_size, stride 1, pad (local_size - 1) / 2; n unset
-  int64_t chunk_ = 1;  // images per chunk
-  Buffer col_, col_y_, col_dy_, col_dx_;
+  int64_t count_ = 0, n_ = 0, c_ = 0, plane_ = 0;
+  // Across: the lrn operations' scale; within: (1 + alpha avg)^-beta. (N, C, H, W)
+  Buffer scale_;
+  LrnArgs args_;  // across
+  // Within: the pooling window, the Power of avg, avg (N, C, H, W) and the scratch array
+  // (N, C, H, W: x^2 in the forward pass, the gradient's terms in the backward pass).
+  PoolGeometry pool_{};
+  Pointwise power_{};
+  Buffer avg_, work_;
 };
 
 }  // namespace

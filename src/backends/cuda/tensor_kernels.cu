@@ -1,12 +1,17 @@
-// Tensor copies and reductions on CUDA (kTensorOps; semantics in backend.hpp): box copies
-// (Crop, Tile), sums over a middle axis (Reduction, Tile's backward), the top-k along an
-// axis (ArgMax), and rows gathered or scatter-added by index (Embed, BatchReindex).
+// Tensor copies on CUDA (kTensorOps; semantics in backend.hpp): box copies (Crop, Tile), and
+// rows gathered or scatter-added by index (Embed, BatchReindex). The reductions of the group
+// (reduce_middle, argmax) are in reduce_kernels.cu.
 //
-// Each result is computed as the Native backend computes it (tensor_ops.cpp), so the two
-// agree bit for bit: reduce_middle sums in double in order of m, one thread per output;
-// scatter_add_rows gives each column one thread that walks the rows in order (no atomics);
-// argmax scans the channels top_k times in the same order. An index that names no row is
-// never used as one: gather_rows writes NaN to its row, scatter_add_rows skips it.
+// Each result is the Native backend's (tensor_ops.cpp), bit for bit. scatter_add_rows adds
+// every destination row's sources in order of r with no atomics: the block of the first r
+// that names a row (and a tile of columns) owns that row; it finds the later r naming the
+// same row by scanning the index list a tile of kBlock entries at a time, and adds their
+// rows in order, one thread per column. Blocks of the other r find an earlier one and stop.
+// The work is rows x (the rows scanned) / kBlock index reads plus one add per source value,
+// parallel over the distinct rows and the column tiles, so few columns (Embed's small
+// embeddings) and few rows of many columns (BatchReindex) both spread over the device. An
+// index that names no row is never used as one: gather_rows writes NaN to its row,
+// scatter_add_rows skips it.
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
@@ -16,7 +21,6 @@
 namespace lamina::cuda_detail {
 namespace {
 
-using tensor_ops::reduce_term;
 using tensor_ops::row_of;
 
 // One thread per element of the box (n of them): its offsets in src and dst from its digits.
@@ -34,42 +38,6 @@ __global__ void copy_block_kernel(BlockCopy box, int64_t n, const float* src, fl
   }
 }
 
-// y (outer, inner) = coeff * sum over m of op(x (outer, mid, inner)), one thread per (o, i).
-template <ReduceOp Op>
-__global__ void reduce_middle_kernel(int64_t outer, int64_t mid, int64_t inner, float coeff,
-                                     const float* x, float* y) {
-  LAMINA_GRID_STRIDE_LOOP(p, outer * inner) {
-    const int64_t o = p / inner, i = p - o * inner;
-    const float* xs = x + o * mid * inner + i;
-    double sum = 0;
-    for (int64_t m = 0; m < mid; ++m) sum += reduce_term<Op>(xs[m * inner]);
-    y[p] = static_cast<float>(static_cast<double>(coeff) * sum);
-  }
-}
-
-// dx (outer, mid, inner) = (coeff dy[o, i]) op'(x).
-__global__ void reduce_middle_backward_kernel(ReduceOp op, int64_t outer, int64_t mid,
-                                              int64_t inner, float coeff, const float* x,
-                                              const float* dy, float* dx) {
-  LAMINA_GRID_STRIDE_LOOP(e, outer * mid * inner) {
-    const int64_t row = e / inner, i = e - row * inner;
-    const float g = coeff * dy[(row / mid) * inner + i];
-    dx[e] = tensor_ops::reduce_gradient(op, g, x == nullptr ? 0.0f : x[e]);
-  }
-}
-
-// x (outer, channels, inner) -> index, value (outer, top_k, inner), one thread per (o, i)
-// (tensor_ops::top_k: top_k scans of the channels, as on the Native backend).
-__global__ void argmax_kernel(int64_t outer, int64_t channels, int64_t inner, int64_t top_k,
-                              const float* x, float* index, float* value) {
-  LAMINA_GRID_STRIDE_LOOP(p, outer * inner) {
-    const int64_t o = p / inner, i = p - o * inner, at = o * top_k * inner + i;
-    tensor_ops::top_k(channels, inner, top_k, x + o * channels * inner + i, inner,
-                      index == nullptr ? nullptr : index + at,
-                      value == nullptr ? nullptr : value + at);
-  }
-}
-
 // dst (rows, cols) row r = src row index[r]; NaN where the index names no row.
 __global__ void gather_rows_kernel(int64_t rows, int64_t cols, const float* index,
                                    int64_t src_rows, const float* src, float* dst) {
@@ -80,13 +48,53 @@ __global__ void gather_rows_kernel(int64_t rows, int64_t cols, const float* inde
   }
 }
 
-// dst row index[r] += src row r for r in order, one thread per column.
+// Whether some r' < r names row `to`: scanned a tile at a time by the whole block, which
+// gets the same answer in every thread.
+__device__ bool named_before(int64_t r, int64_t to, const float* index, int64_t dst_rows) {
+  for (int64_t r0 = 0; r0 < r; r0 += blockDim.x) {
+    const int64_t q = r0 + threadIdx.x;
+    if (__syncthreads_or(q < r && row_of(index[q], dst_rows) == to)) return true;
+  }
+  return false;
+}
+
+// dst (dst_rows, cols) row index[r] += src (rows, cols) row r, in order of r. Block (x, y)
+// takes r = x, x + gridDim.x, ... and the tiles of kBlock columns y, y + gridDim.y, ...; it
+// adds into row `to` = index[r] only when r is the first to name it (see the file's top):
+// acc = dst[to, j], then for each tile of r' >= r, the r' naming `to` are listed in order
+// in shared memory (a ballot per warp, counts per warp) and each thread adds their values
+// of its column j.
 __global__ void scatter_add_rows_kernel(int64_t rows, int64_t cols, const float* index,
                                         int64_t dst_rows, const float* src, float* dst) {
-  LAMINA_GRID_STRIDE_LOOP(j, cols) {
-    for (int64_t r = 0; r < rows; ++r) {
+  __shared__ int picks[kBlock];            // positions in the tile naming `to`, in order
+  __shared__ int warp_picks[kBlock / 32];  // how many each warp holds
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const int64_t column_tiles = (cols + kBlock - 1) / kBlock;
+  for (int64_t tile = blockIdx.y; tile < column_tiles; tile += gridDim.y) {
+    const int64_t j = tile * kBlock + threadIdx.x;
+    LAMINA_BLOCK_STRIDE_LOOP(r, rows) {
       const int64_t to = row_of(index[r], dst_rows);
-      if (to >= 0) dst[to * cols + j] += src[r * cols + j];
+      if (to < 0 || named_before(r, to, index, dst_rows)) continue;
+      float acc = j < cols ? dst[to * cols + j] : 0.0f;
+      for (int64_t r0 = r; r0 < rows; r0 += kBlock) {
+        const int64_t q = r0 + threadIdx.x;
+        const bool pick = q < rows && row_of(index[q], dst_rows) == to;
+        const unsigned ballot = __ballot_sync(0xffffffffu, pick);
+        if (lane == 0) warp_picks[warp] = __popc(ballot);
+        __syncthreads();
+        int before = 0, count = 0;
+        for (unsigned w = 0; w < kBlock / 32; ++w) {
+          before += w < warp ? warp_picks[w] : 0;
+          count += warp_picks[w];
+        }
+        if (pick) picks[before + __popc(ballot & ((1u << lane) - 1u))] = threadIdx.x;
+        __syncthreads();
+        if (j < cols) {
+          for (int k = 0; k < count; ++k) acc += src[(r0 + picks[k]) * cols + j];
+        }
+        __syncthreads();  // the next tile rewrites picks and warp_picks
+      }
+      if (j < cols) dst[to * cols + j] = acc;
     }
   }
 }
@@ -105,48 +113,6 @@ void CudaBackend::copy_block(const BlockCopy& box, const float* src, float* dst,
   LAMINA_CUDA_LAUNCHED(copy_block_kernel);
 }
 
-void CudaBackend::reduce_middle(ReduceOp op, int64_t outer, int64_t mid, int64_t inner,
-                                float coeff, const float* x, float* y) {
-  const int64_t n = outer * inner;
-  if (n <= 0) return;
-  const cudaStream_t s = on_device();
-  const unsigned grid = elementwise_grid(n);
-  switch (op) {
-    case ReduceOp::kSum:
-      reduce_middle_kernel<ReduceOp::kSum><<<grid, kBlock, 0, s>>>(outer, mid, inner, coeff,
-                                                                    x, y);
-      break;
-    case ReduceOp::kAbsSum:
-      reduce_middle_kernel<ReduceOp::kAbsSum><<<grid, kBlock, 0, s>>>(outer, mid, inner,
-                                                                       coeff, x, y);
-      break;
-    case ReduceOp::kSumSquares:
-      reduce_middle_kernel<ReduceOp::kSumSquares><<<grid, kBlock, 0, s>>>(outer, mid, inner,
-                                                                           coeff, x, y);
-      break;
-  }
-  LAMINA_CUDA_LAUNCHED(reduce_middle_kernel);
-}
-
-void CudaBackend::reduce_middle_backward(ReduceOp op, int64_t outer, int64_t mid,
-                                         int64_t inner, float coeff, const float* x,
-                                         const float* dy, float* dx) {
-  const int64_t n = outer * mid * inner;
-  if (n <= 0) return;
-  reduce_middle_backward_kernel<<<elementwise_grid(n), kBlock, 0, on_device()>>>(
-      op, outer, mid, inner, coeff, x, dy, dx);
-  LAMINA_CUDA_LAUNCHED(reduce_middle_backward_kernel);
-}
-
-void CudaBackend::argmax(int64_t outer, int64_t channels, int64_t inner, int64_t top_k,
-                         const float* x, float* index, float* value) {
-  const int64_t n = outer * inner;
-  if (n <= 0 || top_k <= 0) return;
-  argmax_kernel<<<elementwise_grid(n), kBlock, 0, on_device()>>>(outer, channels, inner, top_k,
-                                                                 x, index, value);
-  LAMINA_CUDA_LAUNCHED(argmax_kernel);
-}
-
 void CudaBackend::gather_rows(int64_t rows, int64_t cols, const float* index, int64_t src_rows,
                               const float* src, float* dst) {
   const int64_t n = rows * cols;
@@ -159,8 +125,10 @@ void CudaBackend::gather_rows(int64_t rows, int64_t cols, const float* index, in
 void CudaBackend::scatter_add_rows(int64_t rows, int64_t cols, const float* index,
                                    int64_t dst_rows, const float* src, float* dst) {
   if (rows <= 0 || cols <= 0) return;
-  scatter_add_rows_kernel<<<elementwise_grid(cols), kBlock, 0, on_device()>>>(
-      rows, cols, index, dst_rows, src, dst);
+  const int64_t column_tiles = (cols + kBlock - 1) / kBlock;
+  const dim3 grid(row_grid(rows), static_cast<unsigned>(std::min<int64_t>(column_tiles, 65535)));
+  scatter_add_rows_kernel<<<grid, kBlock, 0, on_device()>>>(rows, cols, index, dst_rows, src,
+                                                            dst);
   LAMINA_CUDA_LAUNCHED(scatter_add_rows_kernel);
 }
 

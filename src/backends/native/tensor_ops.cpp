@@ -3,9 +3,10 @@
 // an axis (ArgMax), and rows gathered or scatter-added by index (Embed, BatchReindex).
 //
 // Sums are in double in a fixed order (of m, or of the rows), so results do not depend on
-// the thread count and match the CUDA backend's bit for bit. Indices are floats whose integer
-// part counts; every index is checked before anything is written, and one that names no row
-// throws an Error naming it.
+// the thread count and match the CUDA backend's bit for bit (but for reduce_middle with few
+// outputs, which CUDA splits between threads: within a rounding; reduce_kernels.cu). Indices
+// are floats whose integer part counts; every index is checked before anything is written,
+// and one that names no row throws an Error naming it.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
