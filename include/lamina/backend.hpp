@@ -594,7 +594,8 @@ class Backend {
   // The box copy above; accumulate: dst += src.
   virtual void copy_block(const BlockCopy& box, const float* src, float* dst, bool accumulate);
   // y[o, i] = coeff * the sum over m of op(x[o, m, i]) for x (outer, mid, inner), summed in
-  // double in order of m and rounded once.
+  // double and rounded once: in order of m, or (a device with few outputs to share its
+  // threads between) in a fixed order of its own, the same every run.
   virtual void reduce_middle(ReduceOp op, int64_t outer, int64_t mid, int64_t inner,
                              float coeff, const float* x, float* y);
   // dx[o, m, i] = coeff * dy[o, i] * op'(x[o, m, i]) (1, sign(x) with sign(0) = 0, or 2 x);

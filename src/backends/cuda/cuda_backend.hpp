@@ -23,8 +23,9 @@
 //   (elementwise launches, 16 bytes per load),
 //   eltwise_kernels.cu (copy_rows, eltwise max)
 //   the Caffe catalogue: pointwise_kernels.cu (pointwise functions, PReLU),
-//   transpose_kernels.cu, tensor_kernels.cu (block copies, reductions, argmax, row
-//   gathers), lrn_kernels.cu, im2col_kernels.cu, caffe_loss_kernels.cu
+//   transpose_kernels.cu, tensor_kernels.cu (block copies, row gathers and scatter-adds),
+//   reduce_kernels.cu (reduce_middle, argmax), lrn_kernels.cu, im2col_kernels.cu,
+//   caffe_loss_kernels.cu
 //   cuda_graph.cpp       capture(): steps recorded into CUDA graphs and replayed
 //   side_lane.cpp        the side lane for parameter gradients (a second stream)
 // Conventions: every launch is checked (LAMINA_CUDA_LAUNCHED); scalars produced on the
