@@ -1,6 +1,8 @@
 // NegativeLogLikelihood: the loss of log-probabilities (a LogSoftmax's output).
 //
-// bottom 0: log-probabilities (N, C...), viewed as (N, C) with C = the count after N.
+// bottom 0: log-probabilities (N, C), or (N, C, 1, ...) (axes of 1 after C). More is an
+//           error: (N, C, H, W) could mean N rows of C H W classes or a class axis with
+//           positions after it (SoftmaxWithLoss's axis), and NegativeLogLikelihood has no axis.
 // bottom 1: labels, N class indices stored as floats (any shape with N elements).
 // top 0:    the loss, a scalar (shape ()), = -sum_n logp[n, label_n] / norm.
 // loss_param as in SoftmaxWithLoss. dlogp[n, c] = -dloss / norm where c = label_n, else 0.
@@ -25,6 +27,12 @@ class NllLossLayer : public Layer {
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const Tensor& logp = *bottom[0];
+    LAMINA_REQUIRE(logp.num_axes() <= 2 || logp.count(2, logp.num_axes()) == 1, where(),
+                   "log-probabilities '", logp.name(), "' ", logp.shape_string(), " have ",
+                   logp.num_axes(), " axes, but NegativeLogLikelihood takes (N, C) with one "
+                   "label per row; Flatten them first to make every value after N a class, or, "
+                   "for classes along an axis with positions after it (one label per "
+                   "position), use SoftmaxWithLoss with softmax_param.axis on the scores");
     const ScoreShape shape =
         check_scores_and_labels(where(), "log-probabilities", logp, *bottom[1]);
     rows_ = shape.rows;
