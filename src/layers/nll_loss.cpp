@@ -6,7 +6,6 @@
 // bottom 1: labels, N class indices stored as floats (any shape with N elements).
 // top 0:    the loss, a scalar (shape ()), = -sum_n logp[n, label_n] / norm.
 // loss_param as in SoftmaxWithLoss. dlogp[n, c] = -dloss / norm where c = label_n, else 0.
-#include <memory>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
@@ -39,25 +38,25 @@ class NllLossLayer : public Layer {
     cols_ = shape.cols;
     options_ = loss_options(param_.loss_param());
     top[0]->reshape({});
-    norm_ = std::make_unique<Tensor>(backend_, Shape{1}, name() + "/norm");
+    norm_ = Buffer(backend_, sizeof(float));
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     backend_.nll_loss_forward(rows_, cols_, bottom[0]->data(), bottom[1]->data(), options_,
-                              top[0]->mutable_data(), norm_->mutable_data());
+                              top[0]->mutable_data(), norm_.as<float>());
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
-    backend_.nll_loss_backward(rows_, cols_, bottom[1]->data(), options_, norm_->data(),
+    backend_.nll_loss_backward(rows_, cols_, bottom[1]->data(), options_, norm_.as<float>(),
                                top[0]->diff(), bottom[0]->mutable_diff());
   }
 
  private:
   int64_t rows_ = 0, cols_ = 0;  // (N, C)
   LossOptions options_;
-  std::unique_ptr<Tensor> norm_;  // (1) the loss's divisor
+  Buffer norm_;  // (1) float: the loss's divisor
 };
 
 }  // namespace
