@@ -290,19 +290,64 @@ TEST_F(CaffeOptionsTest, ProdGradientIsTheOutputOverTheInput) {
   }
 }
 
-// Where an input is 0 Caffe's divided gradient is 0 / 0 = NaN; Lamina's is the product of
-// the others (docs/prototxt.md).
-TEST_F(CaffeOptionsTest, DividedProdGradientIsFiniteAtZero) {
-  auto prod = make("name: 'p' type: 'Eltwise' eltwise_param { operation: PROD "
-                   "stable_prod_grad: false }");
-  Tensor* a = tensor({2}, "a", {0.0f, 2.0f});
-  Tensor* b = tensor({2}, "b", {3.0f, 0.5f});
-  Tensor* y = set_up(*prod, {a, b});
-  prod->forward({a, b}, {y});
-  y->copy_diff_from_host({1.0f, 1.0f});
-  prod->backward_input({y}, {true, true}, {a, b});
-  expect_near(a->copy_diff_to_host(), {3.0, 0.5});
-  expect_near(b->copy_diff_to_host(), {0.0, 2.0});
+// Where an input is 0, Caffe's divided gradient is 0 / 0 (NaN) for that input, and the
+// others' are finite; the stable form gives every input the product of the others.
+TEST_F(CaffeOptionsTest, DividedProdGradientIsNotFiniteAtZeroAsCaffes) {
+  for (const bool stable : {true, false}) {
+    SCOPED_TRACE(stable ? "stable" : "divided");
+    auto prod = make(std::string("name: 'p' type: 'Eltwise' eltwise_param { operation: PROD "
+                                 "stable_prod_grad: ") + (stable ? "true" : "false") + " }");
+    Tensor* a = tensor({2}, "a", {0.0f, 2.0f});
+    Tensor* b = tensor({2}, "b", {3.0f, 0.5f});
+    Tensor* y = set_up(*prod, {a, b});
+    prod->forward({a, b}, {y});
+    y->copy_diff_from_host({1.0f, 1.0f});
+    prod->backward_input({y}, {true, true}, {a, b});
+    const std::vector<float> da = a->copy_diff_to_host();
+    EXPECT_EQ(std::isfinite(da[0]), stable) << da[0];
+    if (stable) EXPECT_EQ(da[0], 3.0f);
+    EXPECT_FLOAT_EQ(da[1], 0.5f);
+    expect_near(b->copy_diff_to_host(), {0.0, 2.0});  // b = 3, 0.5: no zero
+  }
+}
+
+// The divided gradient reads the top's values: an in-place layer after it is refused (the
+// stable form allows one); in a 16-bit net it runs in FP32, converted around.
+TEST_F(CaffeOptionsTest, DividedProdReadsItsTopAndRunsInFP32) {
+  const auto text = [](const char* stable, const char* relu_top) {
+    return std::string(R"(force_backward: true
+layer { name: "data" type: "Input" top: "a" top: "b" input_param { shape { dim: 2 dim: 3 } } }
+layer { name: "prod" type: "Eltwise" bottom: "a" bottom: "b" top: "p"
+        eltwise_param { operation: PROD stable_prod_grad: )") + stable + R"( } }
+layer { name: "relu" type: "ReLU" bottom: "p" top: ")" + relu_top + R"(" }
+layer { name: "loss" type: "Reduction" bottom: ")" + relu_top + R"(" top: "loss"
+        loss_weight: 1 }
+)";
+  };
+  EXPECT_NO_THROW(Net(parse_net_parameter(text("true", "p"), "net"), TRAIN, backend_, 1));
+  EXPECT_THAT(error_of([&] {
+                Net(parse_net_parameter(text("false", "p"), "net"), TRAIN, backend_, 1);
+              }),
+              AllOf(HasSubstr("layer 'relu' (ReLU): cannot work in place on 'p'"),
+                    HasSubstr("layer 'prod' (Eltwise)")));
+  std::vector<Precision> precisions = {FP32};
+  for (Precision p : half_precisions(backend_)) precisions.push_back(p);
+  for (Precision p : precisions) {
+    SCOPED_TRACE(Precision_Name(p));
+    NetParameter param = parse_net_parameter(text("false", "r"), "net");
+    set_default_precision(param, p);
+    Net net(param, TRAIN, backend_, 1);
+    EXPECT_EQ(net.blob("p").dtype(), DType::kF32);
+    const std::vector<float> a = random_values(6, 1, 0.5f, 2.0f), b = random_values(6, 2);
+    net.blob("a").copy_data_from_host(a);
+    net.blob("b").copy_data_from_host(b);
+    net.forward();
+    net.backward();
+    // Reduction SUM of ReLU(a b): da = b where a b > 0, else 0 (a > 0 here).
+    std::vector<double> da(6);
+    for (int i = 0; i < 6; ++i) da[i] = double(a[i]) * b[i] > 0 ? b[i] : 0.0;
+    expect_near(net.blob("a").copy_diff_to_host(), da, p == FP32 ? 1e-5 : 1e-2);
+  }
 }
 
 // Caffe refuses coeff for PROD only; MAX ignores them (so its y is the plain maximum).

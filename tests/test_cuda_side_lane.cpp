@@ -84,7 +84,7 @@ TEST(CudaSideLane, ScratchMemoryWorksThereAndHostTransfersAreRefused) {
   be->fill(8, 0.5f, x.get());
   be->fill(2, 1.0f, labels.get());
   auto accuracy = [&](float* result) {  // sums per-row results in the lane's workspace
-    be->accuracy(2, 4, 1, x.get(), labels.get(), LossOptions(), result);
+    be->accuracy(2, 4, 4, x.get(), labels.get(), LossOptions(), result);
   };
   be->open_side_lane();
   {
@@ -99,7 +99,7 @@ TEST(CudaSideLane, ScratchMemoryWorksThereAndHostTransfersAreRefused) {
   }
   accuracy(main_out.get());  // the main lane's workspace at the same time
   be->close_side_lane();
-  // All four scores tie, so every row counts as right.
+  // All four scores tie: with top_k 4 every row counts as right (3 others tie, fewer than 4).
   EXPECT_EQ(out.host()[0], 1.0f);
   EXPECT_EQ(main_out.host()[0], 1.0f);
 }
@@ -110,8 +110,8 @@ TEST(CudaSideLane, OutsideABackwardPassEverythingStaysOnTheMainLane) {
   be->fill(8, 0.5f, x.get());
   be->fill(2, 1.0f, labels.get());
   SideLane lane(*be, true);  // not opened: does nothing, so host transfers may be made
-  be->accuracy(2, 4, 1, x.get(), labels.get(), LossOptions(), out.get());
-  EXPECT_EQ(out.host()[0], 1.0f);
+  be->accuracy(2, 4, 4, x.get(), labels.get(), LossOptions(), out.get());
+  EXPECT_EQ(out.host()[0], 1.0f);  // all tie: with top_k 4 every row is right
 }
 
 TEST(CudaSideLane, ABranchAndItsMergeAreCapturedAndReplayed) {

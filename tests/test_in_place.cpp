@@ -36,8 +36,9 @@ NativeBackend& native() {
 struct InPlaceCase {
   std::string label;                 // for messages; also tells cases of one type apart
   std::string type;                  // the registered type
-  // From "x" (2, 3, 4, 4), "x2" (same shape), "label" (2), "target" and "pair" (2, 1),
-  // "label_map" (2, 4, 4: a label per position of x's class axis) and "h" (3, 3).
+  // From "x" (2, 3, 4, 4), "x2" (same shape), "rows" (2, 4), "label" (2), "target" and
+  // "pair" (2, 1), "label_map" (2, 4, 4: a label per position of x's class axis) and "h"
+  // (3, 3).
   std::vector<std::string> bottoms;
   std::string settings;              // the layer's *_param text ("" for none)
   bool in_place;                     // whether the type supports in place
@@ -82,7 +83,7 @@ const std::vector<InPlaceCase>& cases() {
       {"Eltwise PROD", "Eltwise", {"x", "x2"}, "eltwise_param { operation: PROD }", false},
       {"Eltwise MAX", "Eltwise", {"x", "x2"}, "eltwise_param { operation: MAX }", false},
       {"SoftmaxWithLoss", "SoftmaxWithLoss", {"x", "label_map"}, "", false, true},
-      {"NegativeLogLikelihood", "NegativeLogLikelihood", {"x", "label"}, "", false, true},
+      {"NegativeLogLikelihood", "NegativeLogLikelihood", {"rows", "label"}, "", false, true},
       {"EuclideanLoss", "EuclideanLoss", {"x", "x2"}, "", false, true},
       {"Accuracy", "Accuracy", {"x", "label_map"}, "", false, true},
       {"SigmoidCrossEntropyLoss", "SigmoidCrossEntropyLoss", {"x", "x2"}, "", false, true},
@@ -134,21 +135,25 @@ const std::set<std::string> kNoBottoms = {"Input", "MnistData"};
 // test_shape_layers.cpp), Silence no top.
 const std::set<std::string> kNeverInPlace = {"Parameter", "Silence"};
 
-// Two Inputs, and a learnable Scale in front of each data blob, so that x and x2 get
-// gradients: x, x2 (2, 3, 4, 4), label (2) with values 1 and 3, target (2, 1); and pair
-// (2, 1), label_map (2, 4, 4) and h (3, 3), zeros (only losses read them, in cases not run).
+// Two Inputs, and a learnable Scale in front of each data blob, so that x, x2 and rows get
+// gradients: x, x2 (2, 3, 4, 4), rows (2, 4), label (2) with values 1 and 3, target (2, 1);
+// and pair (2, 1), label_map (2, 4, 4) and h (3, 3), zeros (only losses read them, in cases
+// not run).
 const char kPrelude[] = R"(name: 'in_place'
 layer { name: 'data' type: 'Input' top: 'data' top: 'data2'
         input_param { shape { dim: 2 dim: 3 dim: 4 dim: 4 } } }
 layer { name: 'labels' type: 'Input' top: 'label' top: 'target' top: 'pair' top: 'label_map'
-        top: 'h' input_param { shape { dim: 2 } shape { dim: 2 dim: 1 } shape { dim: 2 dim: 1 }
-                               shape { dim: 2 dim: 4 dim: 4 } shape { dim: 3 dim: 3 } } }
+        top: 'h' top: 'data3' input_param { shape { dim: 2 } shape { dim: 2 dim: 1 }
+        shape { dim: 2 dim: 1 } shape { dim: 2 dim: 4 dim: 4 } shape { dim: 3 dim: 3 }
+        shape { dim: 2 dim: 4 } } }
 layer { name: 'pre' type: 'Scale' bottom: 'data' top: 'x'
         scale_param { num_axes: -1 filler { type: 'uniform' min: -1.5 max: 1.5 } } }
 layer { name: 'pre2' type: 'Scale' bottom: 'data2' top: 'x2'
         scale_param { num_axes: -1 filler { type: 'uniform' min: -1.5 max: 1.5 } } }
+layer { name: 'pre3' type: 'Scale' bottom: 'data3' top: 'rows'
+        scale_param { num_axes: -1 filler { type: 'uniform' min: -1.5 max: 1.5 } } }
 )";
-constexpr int kLayerLine = 11;  // the first line after the prelude
+constexpr int kLayerLine = 14;  // the first line after the prelude
 
 // A Linear head on `top` and a Euclidean loss.
 std::string head(const std::string& top) {

@@ -21,6 +21,7 @@
 namespace lamina {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::random_values;
 
@@ -574,6 +575,26 @@ TEST_F(LayerTest, NllLabelCountMismatchIsAnError) {
   EXPECT_THAT(message, HasSubstr("(5)"));
 }
 
+// (N, C, H, W) is ambiguous (N rows of C H W classes, or C classes at each of H W positions):
+// an error naming the layer and the fixes; axes of 1 after C are not.
+TEST_F(LayerTest, NllRefusesAxesAfterTheClasses) {
+  auto nll = make("name: 'nll' type: 'NegativeLogLikelihood'");
+  const std::string message = error_of([&] {
+    nll->setup({random_tensor({2, 3, 2, 2}, "logp", 1), tensor({2}, "labels")}, {output()});
+  });
+  EXPECT_THAT(message, AllOf(HasSubstr("layer 'nll' (NegativeLogLikelihood)"),
+                             HasSubstr("'logp' (2, 3, 2, 2) have 4 axes"),
+                             HasSubstr("Flatten them first"),
+                             HasSubstr("SoftmaxWithLoss with softmax_param.axis")));
+  auto column = make("name: 'nll' type: 'NegativeLogLikelihood'");
+  Tensor* x = tensor({2, 3, 1, 1}, "logp", {-0.1f, -2, -3, -1, -0.5f, -2.5f});
+  Tensor* labels = tensor({2}, "labels", {0, 2});
+  Tensor* y = output("loss");
+  setup_standalone(*column, {x, labels}, {y}, 1);
+  column->forward({x, labels}, {y});
+  expect_near(data(y), {(0.1 + 2.5) / 2});
+}
+
 // ---------------------------------------------------------------- EuclideanLoss
 
 TEST_F(LayerTest, EuclideanLossForward) {
@@ -625,6 +646,30 @@ TEST_F(LayerTest, AccuracyTopOneAndTopTwo) {
     acc->forward({x, labels}, {y});
     EXPECT_EQ(y->shape(), Shape{});
     expect_near(data(y), {k == 1 ? 0.5 : k == 2 ? 0.75 : 1.0});
+  }
+}
+
+// Caffe 1.0's rule: a row is right when fewer than top_k other classes score at least the
+// label's score, so a tie counts against the label.
+TEST_F(LayerTest, AccuracyCountsTiesAgainstTheLabelAsCaffe) {
+  const std::vector<float> scores = {0.5f, 0.5f, 0.1f,   // label 1, tied for first
+                                     0.2f, 0.6f, 0.6f,   // label 0: two above
+                                     0.4f, 0.4f, 0.4f,   // label 2, all tied
+                                     0.1f, 0.3f, 0.2f,   // label 1 alone on top
+                                     0.9f, 0.9f, 0.9f};  // ignored (label 7)
+  const std::vector<float> labels = {1, 0, 2, 1, 7};
+  // Right for top_k 1: the last row only; top_k 2: also the first; 3: every counted row.
+  const std::vector<double> expected = {1.0 / 4, 2.0 / 4, 4.0 / 4};
+  for (int k : {1, 2, 3}) {
+    SCOPED_TRACE(k);
+    auto acc = make("name: 'acc' type: 'Accuracy' accuracy_param { ignore_label: 7 top_k: " +
+                    std::to_string(k) + " }");
+    Tensor* x = tensor({5, 3}, "scores", scores);
+    Tensor* l = tensor({5}, "labels", labels);
+    Tensor* y = output("accuracy");
+    setup_standalone(*acc, {x, l}, {y}, 1);
+    acc->forward({x, l}, {y});
+    expect_near(data(y), {expected[k - 1]});
   }
 }
 

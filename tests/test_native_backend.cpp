@@ -746,24 +746,28 @@ TEST_F(NativeBackendTest, EuclideanLossForwardAndBackward) {
 // Accuracy
 // ---------------------------------------------------------------------------------------
 
-TEST_F(NativeBackendTest, AccuracyCountsTiesForTheLabelAndSkipsIgnoredRows) {
-  const int64_t rows = 5, cols = 4;
+// Caffe 1.0's rule: right when fewer than top_k other classes score at least the label's
+// score (a tie counts against the label).
+TEST_F(NativeBackendTest, AccuracyCountsTiesAgainstTheLabelAndSkipsIgnoredRows) {
+  const int64_t rows = 6, cols = 4;
   const std::vector<float> x = {
-      0.1f, 0.5f, 0.5f, 0.2f,  // label 1 ties with 2: top-1 correct
-      0.9f, 0.5f, 0.5f, 0.2f,  // label 2, one greater: top-3 only
-      0.9f, 0.8f, 0.7f, 0.1f,  // label 3, three greater: wrong for top-1 and top-3
-      0.3f, 0.3f, 0.3f, 0.3f,  // label 0, all tied: correct
+      0.1f, 0.5f, 0.5f, 0.2f,  // label 1 ties with 2: top-2 and top-3 only
+      0.9f, 0.5f, 0.5f, 0.2f,  // label 2, one greater and one tied: top-3 only
+      0.9f, 0.8f, 0.7f, 0.1f,  // label 3, three greater: wrong for top-1 to top-3
+      0.3f, 0.3f, 0.3f, 0.3f,  // label 0, all tied: wrong for top-1 to top-3
       0.0f, 0.0f, 9.0f, 0.0f,  // ignored
+      0.1f, 0.9f, 0.3f, 0.2f,  // label 1, alone on top: right
   };
-  const std::vector<float> labels = {1, 2, 3, 0, -1};
+  const std::vector<float> labels = {1, 2, 3, 0, -1, 1};
   LossOptions options;
   options.has_ignore_label = true;
   options.ignore_label = -1;
-  float out = -1;
-  backend_.accuracy(rows, cols, 1, x.data(), labels.data(), options, &out);
-  EXPECT_FLOAT_EQ(out, 2.0f / 4.0f) << "top-1";
-  backend_.accuracy(rows, cols, 3, x.data(), labels.data(), options, &out);
-  EXPECT_FLOAT_EQ(out, 3.0f / 4.0f) << "top-3";
+  const float expected[] = {1.0f / 5, 2.0f / 5, 3.0f / 5, 5.0f / 5};
+  for (int top_k = 1; top_k <= 4; ++top_k) {
+    float out = -1;
+    backend_.accuracy(rows, cols, top_k, x.data(), labels.data(), options, &out);
+    EXPECT_FLOAT_EQ(out, expected[top_k - 1]) << "top-" << top_k;
+  }
 }
 
 TEST_F(NativeBackendTest, AccuracyMatchesReferenceOnRandomScores) {
@@ -772,6 +776,11 @@ TEST_F(NativeBackendTest, AccuracyMatchesReferenceOnRandomScores) {
   auto x = random_values(rows * cols, 24);
   for (int64_t i = 0; i < rows * cols; i += 5) x[i] = 0.25f;  // some ties
   auto labels = random_labels(rows, cols, 25);
+  // Every third row: the label's score tied by the next class, and often the highest.
+  for (int64_t r = 0; r < rows; r += 3) {
+    const int64_t label = static_cast<int64_t>(labels[r]);
+    x[r * cols + label] = x[r * cols + (label + 1) % cols] = 2.0f;
+  }
   for (bool ignore : {false, true}) {
     LossOptions options;
     options.has_ignore_label = ignore;
@@ -782,13 +791,14 @@ TEST_F(NativeBackendTest, AccuracyMatchesReferenceOnRandomScores) {
       for (int64_t r = 0; r < rows; ++r) {
         const int label = static_cast<int>(labels[r]);
         if (ignore && label == 4) continue;
-        // Sorted descending, the scores strictly greater than the label's come first.
+        // Sorted descending, the scores at least the label's come first, the label's own
+        // among them: the label is right when fewer than top_k others are there.
         std::vector<float> row(x.begin() + r * cols, x.begin() + (r + 1) * cols);
         std::sort(row.begin(), row.end(), std::greater<float>());
-        const int64_t greater =
-            std::lower_bound(row.begin(), row.end(), x[r * cols + label], std::greater<float>()) -
+        const int64_t at_least =
+            std::upper_bound(row.begin(), row.end(), x[r * cols + label], std::greater<float>()) -
             row.begin();
-        correct += greater < top_k;
+        correct += at_least - 1 < top_k;
         ++valid;
       }
       float out = -1;

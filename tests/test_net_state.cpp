@@ -181,16 +181,26 @@ TEST(NetStateRules, IncludeAndExcludeOnOneLayerIsAnError) {
   EXPECT_THAT(message, AllOf(HasSubstr("layer 'r' (ReLU)"), HasSubstr("both include and exclude")));
 }
 
-TEST(NetStateRules, AStatePhaseOtherThanTheBuildsIsAnError) {
-  const std::string message = error_of([] {
-    build(R"(state { phase: TRAIN }
-      layer { name: "data" type: "Input" top: "x" input_param { shape { dim: 2 } } })",
-          TEST);
-  });
-  EXPECT_THAT(message, AllOf(HasSubstr("state { phase: TRAIN }"), HasSubstr("TEST net")));
-  // The same phase is accepted.
-  EXPECT_NO_THROW(build(R"(state { phase: TEST level: 2 stage: "s" }
-      layer { name: "data" type: "Input" top: "x" input_param { shape { dim: 2 } } })", TEST));
+// As Caffe's Net: the phase the net is built for replaces its state's, which is logged;
+// the layers are chosen by the built phase.
+TEST(NetStateRules, AStatePhaseIsReplacedByTheBuildsAndLogged) {
+  const std::string text = R"(name: "phased" state { phase: TRAIN level: 2 stage: "s" }
+      layer { name: "data" type: "Input" top: "x" input_param { shape { dim: 2 } } }
+      layer { name: "train_only" type: "ReLU" bottom: "x" top: "r" include { phase: TRAIN } }
+      layer { name: "test_only" type: "TanH" bottom: "x" top: "t" include { phase: TEST } })";
+  LogLines log;
+  Net net = build(text, TEST);
+  EXPECT_EQ(net.state().phase(), TEST);
+  EXPECT_EQ(net.state().level(), 2);
+  EXPECT_EQ(net.state().stage(0), "s");
+  EXPECT_TRUE(net.has_blob("t"));
+  EXPECT_FALSE(net.has_blob("r"));
+  EXPECT_THAT(log.text, HasSubstr("net: the net 'phased' sets state { phase: TRAIN } but is "
+                                  "built as a TEST net; its state's phase is replaced by TEST"));
+  // The same phase: nothing to say.
+  LogLines quiet;
+  EXPECT_NO_THROW(build(text, TRAIN));
+  EXPECT_THAT(quiet.text, Not(HasSubstr("is replaced by")));
 }
 
 TEST(NetStateRules, ANetWithNoLayerInItsStateSaysWhichState) {

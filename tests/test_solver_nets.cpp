@@ -168,6 +168,27 @@ TEST(SolverNetErrors, ANetGivenToTheSolverReplacesNetButNotTrainNet) {
   EXPECT_EQ(solver.num_test_nets(), 1);
 }
 
+// As Caffe: a test net whose every top is read (no outputs) is run and reports nothing; the
+// log says so once, when the solver is built.
+TEST(TestNets, ATestNetWithoutOutputsRunsAndReportsNothing) {
+  const SolverParameter sp = parse_solver_parameter(
+      "base_lr: 0.1 random_seed: 1 test_iter: 2 test_interval: 1 test_net_param { "
+      "name: 'quiet' layer { name: 'data' type: 'Input' top: 'x' "
+      "input_param { shape { dim: 2 } } } layer { name: 'end' type: 'Silence' bottom: 'x' } }",
+      "solver");
+  LogLines log;
+  Solver solver(sp, read_net_parameter(data_path("staged_net.prototxt")), native(),
+                "staged_net.prototxt");
+  ASSERT_EQ(solver.num_test_nets(), 1);
+  EXPECT_TRUE(solver.test_net(0)->output_names().empty());
+  solver.step(3);  // tests at iterations 0, 1 and 2
+  ASSERT_EQ(solver.test_history().size(), 3u);
+  for (const auto& [iter, result] : solver.test_history()) EXPECT_TRUE(result.outputs.empty());
+  EXPECT_EQ(occurrences(log.text, "the TEST net has no outputs to report"), 1u);
+  EXPECT_EQ(occurrences(log.text, "Testing net (#0)"), 3u);
+  EXPECT_THAT(log.text, Not(HasSubstr("Test net output")));
+}
+
 TEST(SolverDebugInfo, LogsTheTrainNetAtDisplayIterationsAsCaffe) {
   SolverParameter sp = parse_solver_parameter(
       "base_lr: 0.1 debug_info: true display: 2 random_seed: 1", "solver");
@@ -179,6 +200,23 @@ TEST(SolverDebugInfo, LogsTheTrainNetAtDisplayIterationsAsCaffe) {
   EXPECT_EQ(occurrences(log.text, "[Forward] Layer fc, top blob fc data: "), 2u);
   EXPECT_EQ(occurrences(log.text, "[Backward] Layer fc, param blob 0 diff: "), 2u);
   EXPECT_EQ(occurrences(log.text, "[Backward] All net params (data, diff)"), 2u);
+}
+
+// debug_info set in the net's own file (not the solver's): Lamina logs every iteration of
+// the train net and every pass of the test nets. (Caffe 1.0's solver sets its nets'
+// debug_info from its own flag, so there the file's setting logs nothing: docs/prototxt.md.)
+TEST(SolverDebugInfo, ANetsOwnDebugInfoLogsEveryIteration) {
+  const SolverParameter sp = parse_solver_parameter(
+      "base_lr: 0.1 display: 2 random_seed: 1 test_iter: 2 test_interval: 10", "solver");
+  NetParameter net = read_net_parameter(data_path("staged_net.prototxt"));
+  net.set_debug_info(true);
+  Solver solver(sp, net, native(), "staged_net.prototxt");
+  LogLines log;
+  solver.step(3);  // iterations 0, 1, 2 (display 0 and 2); a test of 2 passes at iteration 0
+  EXPECT_TRUE(solver.net().debug_info());
+  EXPECT_EQ(occurrences(log.text, "[Backward] Layer fc, param blob 0 diff: "), 3u);
+  EXPECT_EQ(occurrences(log.text, "[Backward] All net params (data, diff)"), 3u);
+  EXPECT_EQ(occurrences(log.text, "[Forward] Layer fc, top blob fc data: "), 3u + 2u);
 }
 
 TEST(SolverSnapshotFormat, IsLoggedAsARequestLaminaWritesItsOwn) {

@@ -34,8 +34,9 @@ struct NetPlan;  // the layers while the net is built (net_builder.cpp)
 
 class Net {
  public:
-  // phase: the phase of the net's state; its level and stages are param.state's (whose
-  // phase, if set, must be this one: the builder decides the phase).
+  // phase: the phase of the net's state; its level and stages are param.state's. A phase in
+  // param.state is replaced by this one, as Caffe's Net does (logged where they differ): the
+  // builder decides the phase.
   // source: the file the parameter came from, for error messages (may be empty).
   // shared_arena: another net's parameter arena (the training net's) that this net's
   // parameters view, matched by name; a test net evaluates exactly the weights being

@@ -477,12 +477,14 @@ void insert_conversions(NetPlan& plan) {
 Net::Net(const NetParameter& param, Phase phase, Backend& backend, uint64_t seed,
          std::shared_ptr<ParamArena> shared_arena, const std::string& source)
     : name_(param.name()), phase_(phase), backend_(backend) {
-  LAMINA_REQUIRE(!param.state().has_phase() || param.state().phase() == phase,
-                 source.empty() ? "net" : source, ": the net '", name_, "' sets state { phase: ",
-                 Phase_Name(param.state().phase()), " } but is built as a ", Phase_Name(phase),
-                 " net; leave phase out of its state (the solver builds TRAIN and TEST nets, "
-                 "lamina test a TEST net, lamina time a TRAIN net; train_state and test_state "
-                 "choose the level and stages)");
+  // As Caffe's Net: the phase it is built for replaces the one in the file's state.
+  if (param.state().has_phase() && param.state().phase() != phase) {
+    LOG(INFO) << (source.empty() ? "net" : source) << ": the net '" << name_ << "' sets state "
+              << "{ phase: " << Phase_Name(param.state().phase()) << " } but is built as a "
+              << Phase_Name(phase) << " net; its state's phase is replaced by "
+              << Phase_Name(phase) << ", as Caffe does (whoever builds the net chooses its "
+              << "phase: the solver, lamina test, lamina time)";
+  }
   state_ = merged_state(phase, param.state(), nullptr);
   debug_info_ = param.debug_info();
   fuse_ = !param.debug_info();

@@ -90,8 +90,13 @@ Solver::Solver(const SolverParameter& param, const SolverNets& nets, Backend& ba
     Net& net = *test_nets_.back();
     int64_t outputs = 0;
     for (const std::string& name : net.output_names()) outputs += net.blob(name).count();
-    LAMINA_REQUIRE(outputs > 0, label, "the ", Phase_Name(net.phase()), " net has no outputs "
-                   "to report (a top no layer reads, such as accuracy or loss)");
+    // As Caffe: a test net without outputs still runs its passes, and reports nothing.
+    if (outputs == 0) {
+      LOG(INFO) << label << "the " << Phase_Name(net.phase()) << " net"
+                << (nets.tests.size() > 1 ? " #" + std::to_string(k) : std::string())
+                << " has no outputs to report (a top no layer reads, such as accuracy or "
+                << "loss); its tests run its forward passes and report none";
+    }
     test_sums_.emplace_back(backend, sizeof(float) * (outputs + 1));  // + the loss
     test_warm_.push_back(false);
     test_graphs_.emplace_back();

@@ -133,7 +133,9 @@ class NetFields {
   }
 
   // The net's state: `phase`, with the solver's level and stages merged over the file's.
-  // A phase in the file's own state must be that one (as Net requires).
+  // A phase in the file's own state must be that one. (Net itself replaces a differing one,
+  // as Caffe's Net does; Caffe's solver would instead let the file's phase win over its
+  // default, which builds a "train" net in TEST: refused here.)
   void set_state(SolverNet& net, Phase phase, const NetState* solver) const {
     const NetState& own = net.param.state();
     LAMINA_REQUIRE(!own.has_phase() || own.phase() == phase, net.source.empty() ? net.origin

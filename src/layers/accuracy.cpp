@@ -4,8 +4,9 @@
 //           Caffe: (N, C, H, W) scores each (n, h, w); class_rows.hpp).
 // bottom 1: outer * inner labels (class indices as floats). top 0: a scalar (shape ()).
 // accuracy_param: top_k (1..C), ignore_label (positions not counted, neither right nor in
-// the divisor; 0 when every position is ignored), axis. A score equal to the label's score
-// does not push the label out of the top k. No gradients.
+// the divisor; 0 when every position is ignored), axis. As in Caffe 1.0, a position is
+// correct when fewer than top_k other classes score at least the label's score: a tie
+// counts against the label. No gradients.
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
 #include "layers/class_rows.hpp"

@@ -8,7 +8,6 @@
 // the values alone.
 // No gradient: ArgMax is a function of comparisons (Caffe has no backward for it either).
 #include <algorithm>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,8 +66,8 @@ class ArgMaxLayer : public Layer {
                    "up to ", kExactIndices);
     top[0]->reshape(shape);
     if (both()) {  // the op's two outputs, interleaved into the top row by row
-      index_ = std::make_unique<Tensor>(backend_, Shape{outer_, top_k_}, name() + "/index");
-      value_ = std::make_unique<Tensor>(backend_, Shape{outer_, top_k_}, name() + "/value");
+      index_ = Buffer(backend_, sizeof(float) * outer_ * top_k_);
+      value_ = Buffer(backend_, sizeof(float) * outer_ * top_k_);
     }
   }
 
@@ -80,10 +79,10 @@ class ArgMaxLayer : public Layer {
                       out_max_val_ ? y : nullptr);
       return;
     }
-    backend_.argmax(outer_, channels_, inner_, top_k_, x, index_->mutable_data(),
-                    value_->mutable_data());
-    backend_.copy_rows(outer_, top_k_, index_->data(), top_k_, y, 2 * top_k_);
-    backend_.copy_rows(outer_, top_k_, value_->data(), top_k_, y + top_k_, 2 * top_k_);
+    backend_.argmax(outer_, channels_, inner_, top_k_, x, index_.as<float>(),
+                    value_.as<float>());
+    backend_.copy_rows(outer_, top_k_, index_.as<float>(), top_k_, y, 2 * top_k_);
+    backend_.copy_rows(outer_, top_k_, value_.as<float>(), top_k_, y + top_k_, 2 * top_k_);
   }
 
   void backward_input(const Tensors& /*top*/, const std::vector<bool>& /*propagate*/,
@@ -95,7 +94,7 @@ class ArgMaxLayer : public Layer {
   int64_t top_k_ = 1;
   bool out_max_val_ = false, has_axis_ = false;
   int64_t outer_ = 0, channels_ = 0, inner_ = 0;  // x as (outer, channels, inner)
-  std::unique_ptr<Tensor> index_, value_;         // (N, top_k), where the top holds both
+  Buffer index_, value_;  // (N, top_k) floats, where the top holds both
 };
 
 }  // namespace

@@ -112,27 +112,34 @@ class ClassRows {
 // A loss over a class axis (SoftmaxWithLoss, InfogainLoss): ClassRows for its scores and
 // their gradient, and its probabilities kept as rows from the forward pass for the backward
 // pass: in the transposed copy, else in top 1 where the layer has one (shaped like the
-// scores here), else in a tensor of their own.
+// scores here), else in an array of their own.
 class LossRows : public ClassRows {
  public:
   void setup(Backend& backend, const ClassAxis& axis, const std::string& where,
              const std::string& name, const Tensor& scores, const Tensors& top) {
     ClassRows::setup(backend, axis, where, name);
     if (top.size() > 1) top[1]->reshape(scores.shape());
-    own_.reset();
-    if (top.size() == 1 && !transposed())
-      own_ = std::make_unique<Tensor>(backend, scores.shape(), name);
+    owns_ = top.size() == 1 && !transposed();
+    own_ = owns_ ? Buffer(backend, sizeof(float) * scores.count()) : Buffer();
   }
-  Tensor& probabilities(const Tensors& top) {
-    return transposed() ? copy() : own_ ? *own_ : *top[1];
+  // Where the forward pass writes the probabilities (rows, C), and where backward reads them.
+  float* probabilities_out(const Tensors& top) {
+    if (transposed()) return copy().mutable_data();
+    return owns_ ? own_.as<float>() : top[1]->mutable_data();
   }
-  // After the forward pass wrote probabilities(top): top 1 gets them in the scores' layout.
+  const float* probabilities(const Tensors& top) {
+    if (transposed()) return copy().data();
+    return owns_ ? own_.as<float>() : top[1]->data();
+  }
+  // After the forward pass wrote probabilities_out(top): top 1 gets them in the scores'
+  // layout.
   void put_probabilities(const Tensors& top) {
     if (transposed() && top.size() > 1) put_values(top[1]->mutable_data());
   }
 
  private:
-  std::unique_ptr<Tensor> own_;  // the probabilities (rows, C) where nothing else keeps them
+  bool owns_ = false;  // neither transposed nor given top 1
+  Buffer own_;         // where owns_: the probabilities (rows, C)
 };
 
 }  // namespace lamina

@@ -11,7 +11,6 @@
 //              first form, max(margin - d^2, 0).
 // Both a and b take gradients (b's is a's negated); the dissimilar gradient divides by
 // d + 1e-4, as Caffe's. diff_ = a - b and dist_sq_ = d^2 are kept from the forward pass.
-#include <memory>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
@@ -50,15 +49,15 @@ class ContrastiveLossLayer : public Layer {
     const ContrastiveLossParameter& p = param_.contrastive_loss_param();
     margin_ = p.margin();
     legacy_ = p.legacy_version();
-    diff_ = std::make_unique<Tensor>(backend_, Shape{rows_, cols_}, name() + "/diff");
-    dist_sq_ = std::make_unique<Tensor>(backend_, Shape{rows_}, name() + "/dist_sq");
+    diff_ = Buffer(backend_, sizeof(float) * rows_ * cols_);
+    dist_sq_ = Buffer(backend_, sizeof(float) * rows_);
     top[0]->reshape({});
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     backend_.contrastive_loss_forward(rows_, cols_, margin_, legacy_, bottom[0]->data(),
                                       bottom[1]->data(), bottom[2]->data(),
-                                      diff_->mutable_data(), dist_sq_->mutable_data(),
+                                      diff_.as<float>(), dist_sq_.as<float>(),
                                       top[0]->mutable_data());
   }
 
@@ -67,7 +66,8 @@ class ContrastiveLossLayer : public Layer {
     for (int i = 0; i < 2; ++i) {
       if (!propagate[i]) continue;
       backend_.contrastive_loss_backward(rows_, cols_, margin_, legacy_, i == 0 ? 1.0f : -1.0f,
-                                         diff_->data(), dist_sq_->data(), bottom[2]->data(),
+                                         diff_.as<float>(), dist_sq_.as<float>(),
+                                         bottom[2]->data(),
                                          top[0]->diff(), bottom[i]->mutable_diff());
     }
   }
@@ -76,8 +76,8 @@ class ContrastiveLossLayer : public Layer {
   int64_t rows_ = 0, cols_ = 0;  // (N, C)
   float margin_ = 1;
   bool legacy_ = false;
-  std::unique_ptr<Tensor> diff_;     // (N, C) a - b
-  std::unique_ptr<Tensor> dist_sq_;  // (N) |a - b|^2
+  Buffer diff_;     // (N, C) floats: a - b
+  Buffer dist_sq_;  // (N) floats: |a - b|^2
 };
 
 }  // namespace

@@ -4,17 +4,18 @@
 //   SUM:  y = sum_i coeff_i x_i (coeff: one per bottom, or none for all 1)
 //         dx_i = coeff_i dy
 //   PROD: y = prod_i x_i
-//         dx_i = dy prod_{j != i} x_j (the product of the others, no division, so zeros are fine)
+//         dx_i = dy prod_{j != i} x_j (stable_prod_grad true, Caffe's default: the product
+//                of the others, finite where an input is 0)
+//         dx_i = dy (y x_i^-1)       (stable_prod_grad false: Caffe's dy y / x_i, computed as
+//                y times the reciprocal; where x_i = 0 it is NaN or infinite, as Caffe's)
 //   MAX:  y = max_i x_i; an int32 mask records which bottom won (the first on ties)
 //         dx_i = dy where bottom i won, else 0
 // Caffe's rules for coeff: one per bottom or none; PROD with coeff is an error; MAX accepts
 // and ignores them (Lamina says so in the log).
-// stable_prod_grad (PROD): Caffe's default true is the product of the others above; false
-// asks Caffe for dy y / x_i, one division instead of a product per other input. That is the
-// same gradient wherever x_i != 0; the Backend has no element-wise division, so Lamina
-// computes the product of the others either way, and where x_i = 0 gives its finite value
-// where Caffe's 0 / 0 gives NaN.
-// Bottom diffs are written with =. Not in place: PROD's backward needs every input.
+// The divided form takes the reciprocal with pointwise_forward (kPower, power -1: kPointwise)
+// and runs in FP32 (a 16-bit net converts around it); the other forms run in 16 bits too.
+// Bottom diffs are written with =. Not in place: PROD's backward needs every input (and the
+// divided form the top's values, so no later layer may overwrite them in place).
 // In a 16-bit precision the bottoms, the top and their gradients are 16-bit, and each step
 // is rounded as it is taken: SUM's y = round(coeff_0 x_0), then y = round(y + coeff_i x_i),
 // and dx_i = round(coeff_i dy); PROD's every product; MAX selects (exact). The operations are
@@ -36,15 +37,24 @@ class EltwiseLayer : public Layer {
   int min_bottoms() const override { return 2; }
   int max_bottoms() const override { return -1; }
   std::vector<std::string> parameter_messages() const override { return {"eltwise_param"}; }
-  HalfSupport half_support() const override { return HalfSupport::kHalf; }
+  HalfSupport half_support() const override {
+    return divided_gradient() ? HalfSupport::kNone : HalfSupport::kHalf;
+  }
   std::vector<Operation> operations() const override {
-    const bool max = param_.eltwise_param().operation() == EltwiseParameter::MAX;
-    return max ? std::vector<Operation>{Operation::kEltwiseMax} : std::vector<Operation>{};
+    if (param_.eltwise_param().operation() == EltwiseParameter::MAX)
+      return {Operation::kEltwiseMax};
+    if (divided_gradient()) return {Operation::kPointwise};
+    return {};
+  }
+  // The divided gradient reads y: a later layer must not overwrite it in place.
+  TopUse backward_reads_top() const override {
+    return divided_gradient() ? TopUse::kValues : TopUse::kNothing;
   }
 
   void setup(const Tensors& bottom, const Tensors& top) override {
     const EltwiseParameter& p = param_.eltwise_param();
     op_ = p.operation();
+    divided_ = divided_gradient();
     const Tensor& first = *bottom[0];
     for (const Tensor* b : bottom) {
       LAMINA_REQUIRE(b->shape() == first.shape(), where(), "bottoms must have equal shapes, but '",
@@ -115,6 +125,10 @@ class EltwiseLayer : public Layer {
           add_scaled(n, coeff_[i], dy, true, dx);
           break;
         case EltwiseParameter::PROD: {
+          if (divided_) {
+            divided_prod_gradient(n, *bottom[i], *top[0], dx);
+            break;
+          }
           bool first = true;  // dx = dy * x_j for the first j != i, then *= x_j for the rest
           for (size_t j = 0; j < bottom.size(); ++j) {
             if (j == i) continue;
@@ -128,6 +142,20 @@ class EltwiseLayer : public Layer {
           break;
       }
     }
+  }
+
+  bool divided_gradient() const {
+    const EltwiseParameter& p = param_.eltwise_param();
+    return p.operation() == EltwiseParameter::PROD && !p.stable_prod_grad();
+  }
+  // dx (n) = dy (y x^-1): Caffe's dy (y / x). Only FP32 (half_support).
+  void divided_prod_gradient(int64_t n, const Tensor& x, const Tensor& y, float* dx) {
+    backend_.pointwise_forward(Pointwise{PointwiseFn::kPower, -1, 1, 0}, n, x.data(), dx);
+    backend_.mul(n, dx, y.data(), dx);
+    backend_.mul(n, dx, y.diff(), dx);
+  }
+  void divided_prod_gradient(int64_t, const Tensor&, const Tensor&, uint16_t*) {
+    fail(where(), "stable_prod_grad: false runs in FP32 only");  // half_support says kNone
   }
 
   // y = alpha x (first: without reading y, which may hold anything), else y += alpha x.
@@ -157,6 +185,7 @@ class EltwiseLayer : public Layer {
   }
 
   EltwiseParameter::EltwiseOp op_ = EltwiseParameter::SUM;
+  bool divided_ = false;  // PROD with stable_prod_grad false: dx_i = dy y / x_i
   DType storage_ = DType::kF32;  // of the bottoms, the top and their gradients
   std::vector<float> coeff_;  // SUM: one per bottom
   Buffer mask_;               // MAX only: (count) index of the winning bottom

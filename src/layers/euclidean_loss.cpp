@@ -3,7 +3,6 @@
 // bottoms a and b hold the same number of elements (shapes may differ, e.g. (N, 1) and (N)).
 // top 0 is a scalar (shape ()). Both bottoms take gradients: da = dloss / N * (a - b),
 // db = -da. diff_ keeps a - b from the forward pass for the backward pass.
-#include <memory>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
@@ -30,27 +29,27 @@ class EuclideanLossLayer : public Layer {
                    " must hold the same number of elements");
     rows_ = a.dim(0);
     cols_ = rows_ > 0 ? a.count() / rows_ : 0;
-    diff_ = std::make_unique<Tensor>(backend_, a.shape(), name() + "/diff");
+    diff_ = Buffer(backend_, sizeof(float) * a.count());
     top[0]->reshape({});
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     backend_.euclidean_loss_forward(rows_, cols_, bottom[0]->data(), bottom[1]->data(),
-                                    diff_->mutable_data(), top[0]->mutable_data());
+                                    diff_.as<float>(), top[0]->mutable_data());
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     for (int i = 0; i < 2; ++i) {
       if (!propagate[i]) continue;
-      backend_.euclidean_loss_backward(rows_, cols_, i == 0 ? 1.0f : -1.0f, diff_->data(),
+      backend_.euclidean_loss_backward(rows_, cols_, i == 0 ? 1.0f : -1.0f, diff_.as<float>(),
                                        top[0]->diff(), bottom[i]->mutable_diff());
     }
   }
 
  private:
   int64_t rows_ = 0, cols_ = 0;   // (N, C)
-  std::unique_ptr<Tensor> diff_;  // a - b, shaped like a
+  Buffer diff_;                   // a - b, a's count of floats
 };
 
 }  // namespace

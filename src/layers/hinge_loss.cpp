@@ -6,7 +6,6 @@
 //           margin = max(0, 1 + d x) and loss = sum margin^p / N, p = 1 (hinge_loss_param.norm
 //           L1, the default) or 2 (L2). No ignore label or normalization (Caffe has none).
 // dx = d * (L1: sign(margin), L2: 2 margin) * dloss / N; margin_ keeps the forward's margins.
-#include <memory>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
@@ -26,26 +25,26 @@ class HingeLossLayer : public LabelledLoss {
     rows_ = shape.rows;
     cols_ = shape.cols;
     p_ = param_.hinge_loss_param().norm() == HingeLossParameter::L2 ? 2 : 1;
-    margin_ = std::make_unique<Tensor>(backend_, bottom[0]->shape(), name() + "/margin");
+    margin_ = Buffer(backend_, sizeof(float) * bottom[0]->count());
     top[0]->reshape({});
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     backend_.hinge_loss_forward(rows_, cols_, p_, bottom[0]->data(), bottom[1]->data(),
-                                margin_->mutable_data(), top[0]->mutable_data());
+                                margin_.as<float>(), top[0]->mutable_data());
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
-    backend_.hinge_loss_backward(rows_, cols_, p_, margin_->data(), bottom[1]->data(),
+    backend_.hinge_loss_backward(rows_, cols_, p_, margin_.as<float>(), bottom[1]->data(),
                                  top[0]->diff(), bottom[0]->mutable_diff());
   }
 
  private:
   int64_t rows_ = 0, cols_ = 0;  // (N, C)
   int p_ = 1;                    // the norm: 1 or 2
-  std::unique_ptr<Tensor> margin_;  // (N, C...) max(0, 1 + d x)
+  Buffer margin_;                // (N, C...) floats: max(0, 1 + d x)
 };
 
 }  // namespace

@@ -16,7 +16,6 @@
 // positions, BATCH_SIZE divides by outer). Caffe 1.0 refuses the older `normalize` here, and
 // so does Lamina.
 // dscores = (prob sum_k H[label, k] - H[label, :]) * dloss / norm, 0 at ignored positions.
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -94,16 +93,16 @@ class InfogainLossLayer : public LabelledLoss {
     setup_matrix(bottom);
     rows_.setup(backend_, axis_, where(), name() + "/prob", scores, top);
     top[0]->reshape({});
-    norm_ = std::make_unique<Tensor>(backend_, Shape{1}, name() + "/norm");
+    norm_ = Buffer(backend_, sizeof(float));
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
-    float* prob = rows_.probabilities(top).mutable_data();
+    float* prob = rows_.probabilities_out(top);
     backend_.softmax_forward(axis_.rows(), axis_.classes, false,
                              rows_.values(bottom[0]->data()), prob);
     backend_.infogain_loss_forward(axis_.rows(), axis_.classes, prob, bottom[1]->data(),
                                    matrix(bottom), options_, top[0]->mutable_data(),
-                                   norm_->mutable_data());
+                                   norm_.as<float>());
     rows_.put_probabilities(top);
   }
 
@@ -113,8 +112,8 @@ class InfogainLossLayer : public LabelledLoss {
     if (!propagate[0]) return;
     float* dx = bottom[0]->mutable_diff();
     backend_.infogain_loss_backward(axis_.rows(), axis_.classes,
-                                    rows_.probabilities(top).data(), bottom[1]->data(),
-                                    matrix(bottom), options_, norm_->data(), top[0]->diff(),
+                                    rows_.probabilities(top), bottom[1]->data(),
+                                    matrix(bottom), options_, norm_.as<float>(), top[0]->diff(),
                                     rows_.grads_out(dx));
     rows_.put_grads(dx);
   }
@@ -133,7 +132,7 @@ class InfogainLossLayer : public LabelledLoss {
                      "') must hold ", c, " x ", c, " values for the ", c,
                      " classes of scores ", bottom[0]->shape_string(), ", got ",
                      h.shape_string());
-      h_.reset();
+      h_ = Buffer();
       return;
     }
     LAMINA_REQUIRE(!source.empty(), where(), "needs the infogain matrix H (", c, ", ", c,
@@ -149,19 +148,19 @@ class InfogainLossLayer : public LabelledLoss {
                    source, "' must hold ", c, " x ", c, " values for the ", c,
                    " classes of scores ", bottom[0]->shape_string(), ", got ",
                    shape_string(m.shape));
-    h_ = std::make_unique<Tensor>(backend_, Shape{c, c}, name() + "/H");
-    h_->copy_data_from_host(m.values);
+    h_ = Buffer(backend_, sizeof(float) * m.values.size());  // c * c (holds_square)
+    backend_.copy_from_host(h_.bytes(), m.values.data(), h_.get());
   }
 
   const float* matrix(const Tensors& bottom) const {
-    return h_ ? h_->data() : bottom[2]->data();
+    return bottom.size() > 2 ? bottom[2]->data() : h_.as<float>();
   }
 
   ClassAxis axis_;  // (outer, C, inner)
   LossRows rows_;  // the scores, their gradient and the probabilities as rows
   LossOptions options_;
-  std::unique_ptr<Tensor> h_;     // (C, C) read from the source file; null with bottom 2
-  std::unique_ptr<Tensor> norm_;  // (1) the loss's divisor
+  Buffer h_;     // (C, C) floats read from the source file; empty with bottom 2
+  Buffer norm_;  // (1) float: the loss's divisor
 };
 
 }  // namespace

@@ -14,7 +14,6 @@
 // (sqrt(var) + eps). Works in place: forward reads x only for its statistics before writing;
 // the backward pass reads the top (normalize_variance) and the top diff.
 #include <algorithm>
-#include <memory>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
@@ -44,9 +43,7 @@ class MVNLayer : public Layer {
     const int leading = p.across_channels() ? 1 : 2;
     rows_ = x.count(0, std::min(leading, x.num_axes()));
     dim_ = rows_ == 0 ? 0 : x.count() / rows_;
-    mean_ = std::make_unique<Tensor>(backend_, Shape{rows_}, name() + "/mean");
-    var_ = std::make_unique<Tensor>(backend_, Shape{rows_}, name() + "/variance");
-    inv_std_ = std::make_unique<Tensor>(backend_, Shape{rows_}, name() + "/inv_std");
+    for (Buffer* b : {&mean_, &var_, &inv_std_}) *b = Buffer(backend_, sizeof(float) * rows_);
     if (top[0] != bottom[0]) top[0]->reshape(x.shape());
   }
 
@@ -54,15 +51,15 @@ class MVNLayer : public Layer {
     if (rows_ * dim_ == 0) return;
     const float* x = bottom[0]->data();
     float* y = top[0]->mutable_data();
-    float* mean = mean_->mutable_data();
-    float* var = var_->mutable_data();
+    float* mean = mean_.as<float>();
+    float* var = var_.as<float>();
     backend_.channel_moments(1, rows_, dim_, x, mean, var);
     backend_.scal(rows_, -1.0f, mean);
     backend_.channel_affine(1, rows_, dim_, x, nullptr, mean, y);  // x - mean
     if (!normalize_variance_) return;
     // inv_std = (eps + var^0.5)^-1, then y = (x - mean) inv_std.
     backend_.pointwise_forward(Pointwise{PointwiseFn::kPower, 0.5f, 1, 0}, rows_, var, var);
-    float* inv_std = inv_std_->mutable_data();
+    float* inv_std = inv_std_.as<float>();
     backend_.pointwise_forward(Pointwise{PointwiseFn::kPower, -1, 1, eps_}, rows_, var, inv_std);
     backend_.channel_affine(1, rows_, dim_, y, inv_std, nullptr, y);
   }
@@ -73,11 +70,11 @@ class MVNLayer : public Layer {
     const float* dy = top[0]->diff();
     float* dx = bottom[0]->mutable_diff();
     if (normalize_variance_) {
-      backend_.batch_norm_backward(1, rows_, dim_, top[0]->data(), dy, inv_std_->data(), dx);
+      backend_.batch_norm_backward(1, rows_, dim_, top[0]->data(), dy, inv_std_.as<float>(), dx);
       return;
     }
     // dx = dy - mean(dy): the row sums, scaled by -1 / dim, added.
-    float* mean = mean_->mutable_data();
+    float* mean = mean_.as<float>();
     backend_.zero(sizeof(float) * rows_, mean);
     backend_.channel_reduce(1, rows_, dim_, dy, nullptr, mean);
     backend_.scal(rows_, -1.0f / static_cast<float>(dim_), mean);
@@ -88,7 +85,7 @@ class MVNLayer : public Layer {
   float eps_ = 0;
   bool normalize_variance_ = true;
   int64_t rows_ = 0, dim_ = 0;
-  std::unique_ptr<Tensor> mean_, var_, inv_std_;  // (rows); mean_ holds the negated means
+  Buffer mean_, var_, inv_std_;  // (rows) floats; mean_ holds the negated means
 };
 
 }  // namespace

@@ -13,10 +13,9 @@
 // parameters into the function's constants as Caffe does (Exp: ln(base) scale and
 // base^shift; Log: 1 / ln(base)).
 // In place (top == bottom) they work as Caffe's do: a layer whose gradient needs x keeps a
-// copy of it (a tensor of the bottom's shape, filled by forward); Exp's gradient is its
+// copy of it (an array of the bottom's count, filled by forward); Exp's gradient is its
 // output (it reads the top); Threshold and a Power whose gradient is constant read neither.
 #include <cmath>
-#include <memory>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
@@ -56,16 +55,14 @@ class PointwiseLayer : public Layer {
     f_ = function();
     const Tensor& x = *bottom[0];
     in_place_ = top[0] == bottom[0];
-    input_.reset();
-    if (in_place_ && gradient_reads_x()) {
-      input_ = std::make_unique<Tensor>(backend_, x.shape(), name() + "/input");
-    }
+    keeps_input_ = in_place_ && gradient_reads_x();
+    input_ = keeps_input_ ? Buffer(backend_, sizeof(float) * x.count()) : Buffer();
     if (!in_place_) top[0]->reshape(x.shape());
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     const Tensor& x = *bottom[0];
-    if (input_) backend_.copy(sizeof(float) * x.count(), x.data(), input_->mutable_data());
+    if (keeps_input_) backend_.copy(sizeof(float) * x.count(), x.data(), input_.as<float>());
     backend_.pointwise_forward(f_, x.count(), x.data(), top[0]->mutable_data());
   }
 
@@ -73,7 +70,7 @@ class PointwiseLayer : public Layer {
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
-    const float* x = input_ ? input_->data() : bottom[0]->data();
+    const float* x = keeps_input_ ? input_.as<float>() : bottom[0]->data();
     backend_.pointwise_backward(f_, top[0]->count(), x, top[0]->data(), top[0]->diff(),
                                 bottom[0]->mutable_diff());
   }
@@ -131,7 +128,8 @@ class PointwiseLayer : public Layer {
 
   Pointwise f_{F};
   bool in_place_ = false;
-  std::unique_ptr<Tensor> input_;  // in place, where the gradient reads x: x as forward saw it
+  bool keeps_input_ = false;  // in place, where the gradient reads x
+  Buffer input_;              // (x's count) floats where keeps_input_: x as forward saw it
 };
 
 }  // namespace

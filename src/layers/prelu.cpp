@@ -8,7 +8,6 @@
 // The slope's filler is prelu_param.filler, by default constant 0.25.
 // Works in place: the layer then keeps a copy of its input, which both gradients need after
 // the top has overwritten it.
-#include <memory>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
@@ -40,7 +39,7 @@ class PReLULayer : public Layer {
     add_param("slope", Shape{channels_}, p.has_filler() ? p.filler() : quarter);
     in_place_ = top[0] == bottom[0];
     if (in_place_) {
-      input_ = std::make_unique<Tensor>(backend_, x.shape(), name() + "/input");
+      input_ = Buffer(backend_, sizeof(float) * x.count());
     } else {
       top[0]->reshape(x.shape());
     }
@@ -48,7 +47,7 @@ class PReLULayer : public Layer {
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     const Tensor& x = *bottom[0];
-    if (in_place_) backend_.copy(sizeof(float) * x.count(), x.data(), input_->mutable_data());
+    if (in_place_) backend_.copy(sizeof(float) * x.count(), x.data(), input_.as<float>());
     backend_.prelu_forward(outer_, channels_, inner_, x.data(), params_[0].tensor->data(),
                            top[0]->mutable_data());
   }
@@ -69,13 +68,13 @@ class PReLULayer : public Layer {
  private:
   // x as forward saw it.
   const float* input(const Tensors& bottom) const {
-    return in_place_ ? input_->data() : bottom[0]->data();
+    return in_place_ ? input_.as<float>() : bottom[0]->data();
   }
 
   bool shared_ = false;
   bool in_place_ = false;
   int64_t outer_ = 0, channels_ = 0, inner_ = 0;
-  std::unique_ptr<Tensor> input_;  // in place only: the bottom as forward saw it
+  Buffer input_;  // in place only: the bottom as forward saw it (its count, floats)
 };
 
 }  // namespace

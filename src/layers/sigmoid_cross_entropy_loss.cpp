@@ -10,7 +10,6 @@
 // VALID, false: BATCH_SIZE), and where neither is, BATCH_SIZE: Caffe 1.0's default for this
 // layer, unlike the other losses' VALID.
 // dx = (sigmoid(x) - t) * dloss / norm, 0 at ignored targets.
-#include <memory>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
@@ -37,27 +36,27 @@ class SigmoidCrossEntropyLossLayer : public LabelledLoss {
     options_ = loss_options(param_.loss_param(), LossParameter::BATCH_SIZE);
     options_.batch = x.dim(0);
     top[0]->reshape({});
-    norm_ = std::make_unique<Tensor>(backend_, Shape{1}, name() + "/norm");
+    norm_ = Buffer(backend_, sizeof(float));
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     backend_.sigmoid_cross_entropy_forward(count_, bottom[0]->data(), bottom[1]->data(),
                                            options_, top[0]->mutable_data(),
-                                           norm_->mutable_data());
+                                           norm_.as<float>());
   }
 
   void backward_input(const Tensors& top, const std::vector<bool>& propagate,
                       const Tensors& bottom) override {
     if (!propagate[0]) return;
     backend_.sigmoid_cross_entropy_backward(count_, bottom[0]->data(), bottom[1]->data(),
-                                            options_, norm_->data(), top[0]->diff(),
+                                            options_, norm_.as<float>(), top[0]->diff(),
                                             bottom[0]->mutable_diff());
   }
 
  private:
   int64_t count_ = 0;  // scores and targets
   LossOptions options_;
-  std::unique_ptr<Tensor> norm_;  // (1) the loss's divisor
+  Buffer norm_;  // (1) float: the loss's divisor
 };
 
 }  // namespace

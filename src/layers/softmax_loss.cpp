@@ -10,7 +10,6 @@
 // normalize where normalization is not set. The normaliser stays on the device in norm_;
 // backward reads the loss weight from top 0's diff (set by the net), so nothing is read back
 // to the host.
-#include <memory>
 
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
@@ -42,14 +41,14 @@ class SoftmaxWithLossLayer : public LabelledLoss {
     options_.batch = axis_.outer;
     rows_.setup(backend_, axis_, where(), name() + "/prob", scores, top);
     top[0]->reshape({});
-    norm_ = std::make_unique<Tensor>(backend_, Shape{1}, name() + "/norm");
+    norm_ = Buffer(backend_, sizeof(float));
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
     backend_.softmax_cross_entropy_forward(axis_.rows(), axis_.classes,
                                            rows_.values(bottom[0]->data()), bottom[1]->data(),
-                                           options_, rows_.probabilities(top).mutable_data(),
-                                           top[0]->mutable_data(), norm_->mutable_data());
+                                           options_, rows_.probabilities_out(top),
+                                           top[0]->mutable_data(), norm_.as<float>());
     rows_.put_probabilities(top);
   }
 
@@ -59,8 +58,8 @@ class SoftmaxWithLossLayer : public LabelledLoss {
     if (!propagate[0]) return;
     float* dx = bottom[0]->mutable_diff();
     backend_.softmax_cross_entropy_backward(axis_.rows(), axis_.classes,
-                                            rows_.probabilities(top).data(), bottom[1]->data(),
-                                            options_, norm_->data(), top[0]->diff(),
+                                            rows_.probabilities(top), bottom[1]->data(),
+                                            options_, norm_.as<float>(), top[0]->diff(),
                                             rows_.grads_out(dx));
     rows_.put_grads(dx);
   }
@@ -69,7 +68,7 @@ class SoftmaxWithLossLayer : public LabelledLoss {
   ClassAxis axis_;  // (outer, C, inner)
   LossRows rows_;  // the scores, their gradient and the probabilities as rows
   LossOptions options_;
-  std::unique_ptr<Tensor> norm_;  // (1) the loss's divisor
+  Buffer norm_;  // (1) float: the loss's divisor
 };
 
 }  // namespace

@@ -178,8 +178,8 @@ __global__ void euclidean_loss_backward_kernel(int64_t n, int64_t rows, float si
 
 // ---- accuracy ----
 
-// row_correct[r] = 1 when fewer than top_k scores of row r are strictly greater than the
-// label's score; 0 otherwise and for ignored rows.
+// row_correct[r] = 1 when fewer than top_k other classes of row r score at least the label's
+// score (Caffe 1.0's rule: ties count against the label); 0 otherwise and for ignored rows.
 __global__ void accuracy_rows_kernel(int64_t rows, int64_t cols, int top_k, const float* x,
                                      const float* labels, bool has_ignore_label,
                                      int ignore_label, int* row_correct) {
@@ -192,10 +192,10 @@ __global__ void accuracy_rows_kernel(int64_t rows, int64_t cols, int top_k, cons
     }
     const float* xr = x + r * cols;
     const float score = xr[label];
-    long long greater = 0;
-    LAMINA_THREAD_STRIDE_LOOP(j, cols) greater += xr[j] > score;
-    greater = block_sum(greater);
-    if (threadIdx.x == 0) row_correct[r] = greater < top_k ? 1 : 0;
+    long long at_least = 0;  // other classes scoring >= the label's score
+    LAMINA_THREAD_STRIDE_LOOP(j, cols) at_least += j != label && xr[j] >= score;
+    at_least = block_sum(at_least);
+    if (threadIdx.x == 0) row_correct[r] = at_least < top_k ? 1 : 0;
   }
 }
 

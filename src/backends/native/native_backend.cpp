@@ -397,8 +397,8 @@ void NativeBackend::euclidean_loss_backward(int64_t rows, int64_t cols, float si
   parallel_for(rows * cols, [=](int64_t i) { dx[i] = scale * diff[i]; });
 }
 
-// x (rows, cols); a row is correct when fewer than top_k scores are strictly greater than
-// the label's score (ties count in the label's favour).
+// x (rows, cols); a row is correct when fewer than top_k other classes score at least the
+// label's score (Caffe 1.0's rule: ties count against the label).
 void NativeBackend::accuracy(int64_t rows, int64_t cols, int top_k, const float* x,
                              const float* labels, const LossOptions& options, float* out) {
   int64_t correct = 0;
@@ -409,9 +409,9 @@ void NativeBackend::accuracy(int64_t rows, int64_t cols, int top_k, const float*
     if (label < 0) bad_label("Accuracy", r, labels[r], cols);
     const float* xr = x + r * cols;
     const float score = xr[label];
-    int64_t greater = 0;
-    for (int64_t j = 0; j < cols; ++j) greater += xr[j] > score;
-    correct += greater < top_k;
+    int64_t at_least = 0;  // other classes scoring >= the label's score
+    for (int64_t j = 0; j < cols; ++j) at_least += j != label && xr[j] >= score;
+    correct += at_least < top_k;
     ++valid;
   }
   out[0] = valid > 0 ? static_cast<float>(double(correct) / double(valid)) : 0.0f;
