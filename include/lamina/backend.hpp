@@ -355,8 +355,9 @@ class Backend {
   // dx = sign * dloss[0] / rows * diff  (sign +1 for a, -1 for b)
   virtual void euclidean_loss_backward(int64_t rows, int64_t cols, float sign,
                                        const float* diff, const float* dloss, float* dx) = 0;
-  // out[0] = fraction of non-ignored rows whose label is among the top_k scores of x.
-  // A score ties with the label's score counts against it only if strictly greater.
+  // out[0] = fraction of non-ignored rows whose label is among the top_k scores of x:
+  // fewer than top_k other classes score at least the label's score (Caffe's rule: a tie
+  // counts against the label).
   virtual void accuracy(int64_t rows, int64_t cols, int top_k, const float* x,
                         const float* labels, const LossOptions& options, float* out) = 0;
   // Linear layers, with the bias and a following ReLU fused in (the net fuses a Linear and a
