@@ -137,6 +137,7 @@ class StochasticPooling : public ::testing::TestWithParam<Device> {
   }
 
   std::unique_ptr<Backend> backend_;
+  NativeBackend native_;  // the reference; declared before the tensors on it, so it outlives them
   std::vector<std::unique_ptr<Tensor>> tensors_;
 };
 
@@ -194,10 +195,9 @@ TEST_P(StochasticPooling, TestPhaseGradient) {
     EXPECT_EQ(r.checked, x->count());
     if (GetParam() == Device::kNative) continue;
 
-    NativeBackend native;
-    auto reference = make(text, TEST, &native);
-    Tensor* nx = tensor(v, shape, &native);
-    Tensor* ny = output(&native);
+    auto reference = make(text, TEST, &native_);
+    Tensor* nx = tensor(v, shape, &native_);
+    Tensor* ny = output(&native_);
     setup_standalone(*reference, {nx}, {ny}, 1);
     const std::vector<float> dy = random_values(ny->count(), 6);
     const auto want = run(*reference, nx, ny, dy);
