@@ -237,6 +237,70 @@ layer { name: "sum" type: "Reduction" bottom: "x2" top: "sum" })", "nested"), TR
   EXPECT_EQ(net.blob("sum").copy_data_to_host(), (std::vector<float>{0}));
 }
 
+// Behind a Filter, Dropout is set up again for each pass's rows and draws on: a pass of the
+// same rows as an earlier one draws another mask, and the state's offset has advanced by
+// every element drawn (4, 5 and 4 rows of 4), as a resumed run needs.
+TEST_P(FilterOnDevice, DropoutBehindItDrawsNewNumbersForEveryPass) {
+  Net net(parse_net_parameter(R"(
+layer { name: "data" type: "Input" top: "x" top: "keep"
+        input_param { shape { dim: 6 dim: 4 } shape { dim: 6 } } }
+layer { name: "filter" type: "Filter" bottom: "x" bottom: "keep" top: "fx" }
+layer { name: "drop" type: "Dropout" bottom: "fx" top: "d" })", "dropout"), TRAIN, *backend_,
+          5);
+  net.blob("x").copy_data_from_host(std::vector<float>(24, 1.0f));
+  const int64_t offset = net.layer_states().at("drop").at(1);
+  std::vector<std::vector<float>> masks;
+  for (const std::vector<float>& keep : {std::vector<float>{1, 1, 0, 1, 1, 0},
+                                         std::vector<float>{1, 1, 1, 1, 1, 0},
+                                         std::vector<float>{1, 1, 0, 1, 1, 0}}) {
+    net.blob("keep").copy_data_from_host(keep);
+    net.forward();
+    masks.push_back(net.blob("d").copy_data_to_host());
+  }
+  ASSERT_EQ(masks[0].size(), 16u);
+  EXPECT_EQ(masks[2].size(), 16u);
+  EXPECT_NE(masks[0], masks[2]);
+  EXPECT_EQ(net.layer_states().at("drop").at(1), offset + 16 + 20 + 16);
+}
+
+// A view and a Split behind a Filter follow its rows as they shrink and grow back: x
+// (6, 2, 2) filtered, flattened to (S, 4), read by two losses (the sum and the sum of
+// squares), so the loss is sum(x + x^2) over the kept rows and dx = 1 + 2x there.
+TEST_P(FilterOnDevice, AViewAndASplitBehindItFollowItsRows) {
+  Net net(parse_net_parameter(R"(
+force_backward: true
+layer { name: "data" type: "Input" top: "x" top: "keep"
+        input_param { shape { dim: 6 dim: 2 dim: 2 } shape { dim: 6 } } }
+layer { name: "filter" type: "Filter" bottom: "x" bottom: "keep" top: "fx" }
+layer { name: "flat" type: "Flatten" bottom: "fx" top: "f" }
+layer { name: "sum" type: "Reduction" bottom: "f" top: "sum" loss_weight: 1 }
+layer { name: "squares" type: "Reduction" bottom: "f" top: "squares" loss_weight: 1
+        reduction_param { operation: SUMSQ } })", "view"), TRAIN, *backend_, 5);
+  const std::vector<float> x = random_values(24, 4);
+  net.blob("x").copy_data_from_host(x);
+  for (const std::vector<float>& keep : {std::vector<float>{0, 1, 1, 0, 1, 1},
+                                         std::vector<float>(6, 1.0f),
+                                         std::vector<float>{1, 0, 0, 0, 0, 0}}) {
+    net.blob("keep").copy_data_from_host(keep);
+    pass(net);
+    double loss = 0;
+    std::vector<float> dx(24, 0.0f);
+    int rows = 0;
+    for (int r = 0; r < 6; ++r) {
+      if (keep[r] == 0) continue;
+      ++rows;
+      for (int k = 4 * r; k < 4 * r + 4; ++k) {
+        loss += x[k] + double(x[k]) * x[k];
+        dx[k] = 1 + 2 * x[k];
+      }
+    }
+    SCOPED_TRACE(std::to_string(rows) + " rows");
+    EXPECT_EQ(net.blob("f").shape(), (Shape{rows, 4}));
+    EXPECT_NEAR(net.loss(), loss, 1e-5);
+    EXPECT_EQ(compare(net.blob("x").copy_diff_to_host(), dx, 1e-6), "");
+  }
+}
+
 // ---------------------------------------------------------------- errors
 
 std::string build_error(const std::string& layers) {
@@ -265,6 +329,24 @@ layer { name: "f" type: "Filter" bottom: "x" bottom: "s2" top: "y" top: "z" })")
 layer { name: "f" type: "Filter" bottom: "x" bottom: "s2" top: "y" propagate_down: true
         propagate_down: true })"),
               HasSubstr("takes no gradient for bottom 1 ('s2')"));
+}
+
+// A test reports the mean of each output value: an output behind a Filter, whose size
+// changes from pass to pass, is an error saying what to do.
+TEST(FilterErrors, ATestNetOutputWhoseSizeChangesIsRefused) {
+  NativeBackend native;
+  const SolverParameter sp =
+      parse_solver_parameter("base_lr: 0.1 lr_policy: 'fixed' test_iter: 1", "solver");
+  Solver solver(sp, parse_net_parameter(R"(
+layer { name: "data" type: "Input" top: "x" top: "keep"
+        input_param { shape { dim: 4 dim: 2 } shape { dim: 4 } } }
+layer { name: "filter" type: "Filter" bottom: "x" bottom: "keep" top: "fx" }
+layer { name: "p" type: "Parameter" top: "p" parameter_param { shape { dim: 2 } } }
+layer { name: "loss" type: "Reduction" bottom: "p" top: "loss" loss_weight: 1
+        reduction_param { operation: SUMSQ } })", "test output"), native);
+  EXPECT_THAT(error_of([&] { solver.test(); }),
+              HasSubstr("TEST net: its outputs ('fx' (0, 2), 'loss' ()) changed size during the "
+                        "test"));
 }
 
 // A Linear over every axis (axis 0) has a weight as wide as the rows times their values:

@@ -139,7 +139,9 @@ class Layer {
   virtual bool reshapes_each_pass() const { return false; }
   // Runs setup() again for the bottoms' new shapes. add_param then hands back the
   // parameters of the first setup, in the same order; a parameter whose shape would change
-  // is an Error naming the layer (its shape depends on the batch, which varies).
+  // is an Error naming the layer (its shape depends on the batch, which varies). So setup()
+  // must be safe to run again: it recomputes what depends on shapes, keeps what does not
+  // (a random layer's draws go on; a file read once stays read: reshaping() says which).
   void reshape(const Tensors& bottom, const Tensors& top);
   virtual void forward(const Tensors& bottom, const Tensors& top) = 0;
   // Gradient w.r.t. the inputs, for each bottom i with propagate[i].
@@ -195,6 +197,9 @@ class Layer {
   Tensor& add_param(const std::string& role, const Shape& shape, const FillerParameter& filler);
   // "layer 'ip1' (Linear): " for error messages.
   std::string where() const;
+  // Whether setup() runs again, from reshape(): what it needs to do once (a warning, a file
+  // read) is done already.
+  bool reshaping() const { return reshaping_param_ >= 0; }
 
   // custom_param { entry { key: "k" value: "v" } }: parameters of layers defined outside
   // Lamina. Unknown keys are errors (require_custom_keys), as are values that do not parse.

@@ -440,6 +440,19 @@ void Solver::run_test_passes(int k) {
            ", test iteration ", i, " of ", iters, " at training iteration ", iter_, ": ",
            e.what());
     }
+    // Sums are kept per output value: outputs whose size changes (behind a Filter) have none.
+    std::string shapes;
+    int64_t values = 0;
+    for (const std::string& name : net.output_names()) {
+      values += net.blob(name).count();
+      shapes += (shapes.empty() ? "'" : ", '") + name + "' " + net.blob(name).shape_string();
+    }
+    LAMINA_REQUIRE(values + 1 == int64_t(test_sums_[k].bytes() / sizeof(float)),
+                   Phase_Name(net.phase()), " net", num_test_nets() > 1 ? " #" +
+                   std::to_string(k) : "", ": its outputs (", shapes, ") changed size during "
+                   "the test: a layer before them (a Filter) keeps a different number of rows "
+                   "each pass. A test reports the mean of each output value, so reduce them to "
+                   "a fixed size first (a loss, Accuracy or Reduction)");
     int64_t offset = 0;
     for (const std::string& name : net.output_names()) {
       Tensor& out = net.blob(name);

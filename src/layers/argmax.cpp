@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "indexed_rows.hpp"
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
 
 namespace lamina {
 namespace {
 
-constexpr int64_t kExactIndices = int64_t{1} << 24;  // floats hold integers exactly up to here
 
 class ArgMaxLayer : public Layer {
  public:

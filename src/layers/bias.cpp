@@ -40,7 +40,7 @@ class BiasLayer : public Layer {
     if (given_) {
       require_top_not_parameter(where(), bottom, top);
       axes_ = broadcast_axes(where(), "bias_param", p.axis(), *bottom[0], *bottom[1]);
-      if (p.has_num_axes() || p.has_filler())
+      if ((p.has_num_axes() || p.has_filler()) && !reshaping())
         LOG(WARNING) << where() << "bias_param.num_axes and filler describe a learned bias; "
                      << "with the bias as bottom 1 they are not used (as in Caffe)";
     } else {

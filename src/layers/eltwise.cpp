@@ -72,7 +72,7 @@ class EltwiseLayer : public Layer {
     coeff_.assign(bottom.size(), 1.0f);
     if (op_ == EltwiseParameter::SUM) {
       for (int i = 0; i < p.coeff_size(); ++i) coeff_[i] = p.coeff(i);
-    } else if (p.coeff_size() > 0) {
+    } else if (p.coeff_size() > 0 && !reshaping()) {
       LOG(WARNING) << where() << "eltwise_param.coeff is ignored by operation MAX (as in Caffe)";
     }
     top[0]->reshape(first.shape());

@@ -50,6 +50,9 @@ class FilterLayer : public Layer {
                      "value per row: every axis after the first must be 1, but it is ",
                      s.shape_string());
     n_ = s.dim(0);
+    LAMINA_REQUIRE(n_ <= kExactIndices, where(), "the selector '", s.name(), "' has ", n_,
+                   " rows; the rows kept are picked by float indices, exact up to ",
+                   kExactIndices);
     inner_.clear();
     for (size_t t = 0; t + 1 < bottom.size(); ++t) {
       const Tensor& x = *bottom[t];

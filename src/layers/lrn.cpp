@@ -57,7 +57,7 @@ class LrnLayer : public Layer {
       args_ = LrnArgs{size, p.alpha(), p.beta(), p.k()};
       return;
     }
-    if (p.has_k())
+    if (p.has_k() && !reshaping())
       LOG(WARNING) << where() << "lrn_param.k is not used by WITHIN_CHANNEL, which adds 1 "
                    << "(as in Caffe)";
     const int64_t pad = (size - 1) / 2;

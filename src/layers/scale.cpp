@@ -50,7 +50,7 @@ class ScaleLayer : public Layer {
     if (given_) {
       require_top_not_parameter(where(), bottom, top);
       axes_ = broadcast_axes(where(), "scale_param", p.axis(), x, *bottom[1]);
-      if (p.has_num_axes() || p.has_filler())
+      if ((p.has_num_axes() || p.has_filler()) && !reshaping())
         LOG(WARNING) << where() << "scale_param.num_axes and filler describe a learned scale; "
                      << "with the scale as bottom 1 they are not used (as in Caffe)";
     } else {
