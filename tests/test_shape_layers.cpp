@@ -12,15 +12,18 @@
 //   - the operations (kTensorOps) called directly, on the paths these layers do not reach
 //     and at sizes that split the Native backend's loops between threads or take CUDA's
 //     other kernels: box copies that add or hold no axis, reductions with positions after
-//     the reduced axis and long ones to few outputs, ArgMax on many ties, over long slices
-//     and with NaN, gathers and scatter-adds of many rows, of few columns or of wide rows,
-//     fractional indices, indices that name no row; each against a reference computed here,
-//     bit for bit (CUDA's long sums to few outputs within a rounding).
+//     the reduced axis and long ones to few outputs, ArgMax on many ties, over long slices,
+//     along a short axis at many positions and with NaN, gathers and scatter-adds of many
+//     rows (up to 200000 picks, also replayed as a captured step), of few columns or of wide
+//     rows, fractional indices, indices that name no row; each against a reference computed
+//     here, bit for bit (CUDA's long sums to few outputs within a rounding).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -826,15 +829,18 @@ void expect_reduction(Backend& backend, ReduceOp op, int64_t outer, int64_t mid,
 
 // Inner 70 spans two of the Native backend's runs of 64 positions; (4, 200, 130) is split
 // between threads. On CUDA, (3, 2, 40000) has enough outputs for a thread each (the Native
-// backend's order); the others have few, and CUDA's blocks share their sums.
+// backend's order), and so do the short axes of (3, 5, 70) and (4, 200, 130) and the 21
+// classes at 2000 pixels of (2, 21, 2000); (1, 1000, 1) has a long axis to few outputs,
+// and CUDA's blocks share its sums.
 TEST_P(TensorOps, ReduceMiddleSumsEachPositionInOrderOfTheMiddleAxis) {
   const bool split = is_cuda();
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAbsSum, ReduceOp::kSumSquares}) {
     SCOPED_TRACE(int(op));
-    expect_reduction(*backend_, op, 3, 5, 70, split);
-    expect_reduction(*backend_, op, 4, 200, 130, split);
+    expect_reduction(*backend_, op, 3, 5, 70);
+    expect_reduction(*backend_, op, 4, 200, 130);
     expect_reduction(*backend_, op, 1, 1000, 1, split);
     expect_reduction(*backend_, op, 3, 2, 40000);
+    expect_reduction(*backend_, op, 2, 21, 2000);
   }
 }
 
@@ -894,36 +900,67 @@ void expect_argmax(Backend& backend, int64_t outer, int64_t channels, int64_t in
 }
 
 // (30, 40, 7) with values 0..5; 3 samples of 5000 values 0..49 (a block each on CUDA);
-// (2, 6, 40000), enough outputs for a thread each on CUDA.
+// (2, 6, 40000), enough outputs for a thread each on CUDA; few outputs of 256 channels (a
+// block each) and of 255 (a thread each).
 TEST_P(TensorOps, ArgmaxPicksAsCaffesDescendingSortOfValueIndexPairs) {
   expect_argmax(*backend_, 30, 40, 7, 5, 6);
   expect_argmax(*backend_, 3, 5000, 1, 4, 50);
   expect_argmax(*backend_, 2, 6, 40000, 3, 4);
+  expect_argmax(*backend_, 5, 256, 3, 2, 20);
+  expect_argmax(*backend_, 5, 255, 3, 2, 20);
+}
+
+// ArgMax along the classes at each pixel, (2, 21, 50, 40): few outputs (4000) but a short
+// axis, which CUDA gives a thread per output.
+TEST_P(TensorOps, ArgmaxOfAShortAxisAtManyPositions) {
+  expect_argmax(*backend_, 2, 21, 50 * 40, 3, 8);
+}
+
+// The floats' bits, so that NaN compares equal to itself.
+std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> bits(v.size());
+  std::memcpy(bits.data(), v.data(), sizeof(float) * v.size());
+  return bits;
 }
 
 // NaN, which Caffe's sort leaves undefined, as the scan of every backend treats it: a NaN
 // after the first value is never picked; a NaN first value is the first pick (nothing
-// ranks before it). Over 1000 channels per sample, and 3 channels at each of 70000
-// positions.
+// ranks before it, nor after it: no second pick). Over 1000 channels per sample (on CUDA a
+// block of 256 threads per sample, thread t taking channels t, t + 256, ...) and 3 channels
+// at each of 70000 positions (a thread each). Sample 1 has NaN at channel 2, the first
+// value of CUDA's thread 2, whose next one (channel 258) is the sample's largest: a thread
+// that kept the NaN would lose it; and NaN at its last channel. Both picks as on Native.
 TEST_P(TensorOps, ArgmaxSkipsNanButAFirstOne) {
   for (const Shape& shape : {Shape{2, 1000, 1}, Shape{2, 3, 70000}}) {
     const int64_t channels = shape[1], inner = shape[2];
+    const int64_t best = channels > 258 ? 258 : 1;  // sample 1's largest
     std::vector<float> x = random_values(shape_count(shape), 11);
     for (int64_t i = 0; i < inner; ++i) {
       x[i] = NAN;                                      // sample 0: channel 0
+      x[(channels + 2) * inner + i] = NAN;             // sample 1: channel 2
       x[(channels + channels - 1) * inner + i] = NAN;  // sample 1: the last channel
-      x[(channels + 1) * inner + i] = 5;               // sample 1: the best of the others
+      x[(channels + best) * inner + i] = 5;
     }
+    NativeBackend native;
+    auto native_index = on(native, std::vector<float>(4 * inner, -7.0f));
+    auto native_value = on(native, std::vector<float>(4 * inner, -7.0f));
+    auto native_x = on(native, x);
+    native.argmax(2, channels, inner, 2, native_x->data(), native_index->mutable_data(),
+                  native_value->mutable_data());
     auto xs = tensor(x);
-    auto is = tensor(std::vector<float>(2 * inner, -7.0f));
-    auto vs = tensor(std::vector<float>(2 * inner, -7.0f));
-    backend_->argmax(2, channels, inner, 1, xs->data(), is->mutable_data(), vs->mutable_data());
+    auto is = tensor(std::vector<float>(4 * inner, -7.0f));
+    auto vs = tensor(std::vector<float>(4 * inner, -7.0f));
+    backend_->argmax(2, channels, inner, 2, xs->data(), is->mutable_data(), vs->mutable_data());
     const std::vector<float> index = is->copy_data_to_host(), value = vs->copy_data_to_host();
+    EXPECT_EQ(index, native_index->copy_data_to_host());
+    EXPECT_EQ(bits_of(value), bits_of(native_value->copy_data_to_host()));
     for (int64_t i = 0; i < inner; i += inner > 1 ? 997 : 1) {
-      EXPECT_EQ(index[i], 0.0f);
+      EXPECT_EQ(index[i], 0.0f);  // sample 0: the NaN, then no pick
       EXPECT_TRUE(std::isnan(value[i]));
-      EXPECT_EQ(index[inner + i], 1.0f);
-      EXPECT_EQ(value[inner + i], 5.0f);
+      EXPECT_EQ(index[inner + i], -1.0f);
+      EXPECT_EQ(value[inner + i], 0.0f);
+      EXPECT_EQ(index[2 * inner + i], float(best));  // sample 1: its largest
+      EXPECT_EQ(value[2 * inner + i], 5.0f);
     }
   }
 }
@@ -955,16 +992,38 @@ TEST_P(TensorOps, GatherAndScatterAddManyRowsWithRepeatsInOrder) {
   EXPECT_EQ(as->copy_data_to_host(), added);
 }
 
-// dst (table, cols) += src (rows, cols) row r into row index[r], in order of r, bit for bit:
-// each destination row's additions in the order of the picks.
+// Row numbers 0..table-1 for rows picks (many repeats), every fifth with a fraction (the
+// integer part counts); with `unnamed`, every seventh names no row instead: past the end,
+// negative or NaN in turn (CUDA skips those rows; Native throws, as tested below).
+std::vector<float> picks(int64_t rows, int64_t table, uint64_t seed, bool unnamed) {
+  std::vector<float> index = small_integers(rows, int(table), seed);
+  const float no_row[] = {float(table), -1.0f, NAN};
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r % 5 == 1) index[r] += 0.25f;
+    if (unnamed && r % 7 == 3) index[r] = no_row[(r / 7) % 3];
+  }
+  return index;
+}
+
+// dst (table, cols) row index[r] += src (rows, cols) row r, in order of r, rows whose index
+// names none skipped: each destination row's additions in the order of its picks.
+void scatter_reference(const std::vector<float>& index, int64_t cols, int64_t table,
+                       const std::vector<float>& src, std::vector<float>& dst) {
+  for (size_t r = 0; r < index.size(); ++r) {
+    if (!(index[r] >= 0 && index[r] < float(table))) continue;
+    const int64_t to = int64_t(index[r]);
+    for (int64_t j = 0; j < cols; ++j) dst[to * cols + j] += src[r * cols + j];
+  }
+}
+
+// scatter_add_rows against scatter_reference, bit for bit.
 void expect_scatter(Backend& backend, int64_t rows, int64_t cols, int64_t table,
-                    uint64_t seed) {
-  const std::vector<float> index = small_integers(rows, int(table), seed);
+                    uint64_t seed, bool unnamed = false) {
+  const std::vector<float> index = picks(rows, table, seed, unnamed);
   const std::vector<float> grad = random_values(rows * cols, seed + 1);
   const std::vector<float> start = random_values(table * cols, seed + 2);
   std::vector<float> added = start;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) added[int64_t(index[r]) * cols + j] += grad[r * cols + j];
+  scatter_reference(index, cols, table, grad, added);
   auto is = on(backend, index), gs = on(backend, grad), as = on(backend, start);
   backend.scatter_add_rows(rows, cols, is->data(), table, gs->data(), as->mutable_data());
   EXPECT_EQ(as->copy_data_to_host(), added);
@@ -977,6 +1036,42 @@ TEST_P(TensorOps, ScatterAddOfFewColumnsManyPicksOrWideRows) {
   expect_scatter(*backend_, 3000, 3, 40, 21);
   expect_scatter(*backend_, 500, 2, 5000, 22);
   expect_scatter(*backend_, 6, 70000, 4, 23);
+}
+
+// Many picks, which CUDA sorts by destination row (tensor_kernels.cu): 200000 into 1000 rows
+// of 4, 100 into 3 rows of 70000 (long runs of wide rows), 33 and 32 picks (CUDA's sort and
+// its thread per column), into 1024 rows (row numbers of 10 bits, the skipped rows' key of
+// 11) and into one row. On CUDA, also with picks that name no row.
+TEST_P(TensorOps, ScatterAddOfManyPicksAddsEachRowsPicksInOrder) {
+  for (int unnamed = 0; unnamed <= int(is_cuda()); ++unnamed) {
+    SCOPED_TRACE(unnamed ? "with picks that name no row" : "every pick names a row");
+    expect_scatter(*backend_, 200000, 4, 1000, 30, unnamed);
+    expect_scatter(*backend_, 100, 70000, 3, 31, unnamed);
+    expect_scatter(*backend_, 33, 5, 3, 32, unnamed);
+    expect_scatter(*backend_, 32, 5, 3, 33, unnamed);
+    expect_scatter(*backend_, 5000, 3, 1024, 34, unnamed);
+    expect_scatter(*backend_, 300, 2, 1, 35, unnamed);
+  }
+}
+
+// The sorted scatter in a captured step: run once (which grows the backend's workspace to
+// what the sort needs), captured, replayed: two passes of additions, as the reference's.
+TEST_P(TensorOps, ScatterAddOfManyPicksReplaysAsACapturedStep) {
+  if (!backend_->can_capture()) GTEST_SKIP() << "the backend does not capture";
+  const int64_t rows = 20000, cols = 6, table = 300;
+  const std::vector<float> index = picks(rows, table, 40, true);
+  const std::vector<float> grad = random_values(rows * cols, 41);
+  std::vector<float> added = random_values(table * cols, 42);
+  auto is = tensor(index), gs = tensor(grad), as = tensor(added);
+  const auto scatter = [&] {
+    backend_->scatter_add_rows(rows, cols, is->data(), table, gs->data(), as->mutable_data());
+  };
+  scatter();
+  std::unique_ptr<CapturedOps> step = backend_->capture(scatter);
+  step->launch();
+  scatter_reference(index, cols, table, grad, added);
+  scatter_reference(index, cols, table, grad, added);
+  EXPECT_EQ(as->copy_data_to_host(), added);
 }
 
 // Indices that name no row (past the end, negative, NaN): the Native backend throws naming

@@ -68,33 +68,53 @@ __device__ __forceinline__ void unrolled_elements(int64_t n, const Load& load,
 #define LAMINA_THREAD_STRIDE_LOOP(j, cols) \
   for (int64_t j = threadIdx.x; j < (cols); j += blockDim.x)
 
-// The xor butterfly leaves the same value in every lane: each step adds the same two
-// operands (in either order, and float addition commutes exactly).
+// Block reductions: combine(a, b) over the warp's lanes by a xor butterfly, then over the
+// block's warps (one warp over the per-warp results). The butterfly leaves the same value in
+// every lane when combine is commutative: each step combines the same two operands (float
+// addition and fmaxf commute exactly). Values move between lanes by shuffle_xor; a type
+// that __shfl_xor_sync cannot move declares an overload beside it (ArgMax's Pick).
 template <class T>
-__device__ __forceinline__ T warp_sum(T v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+__device__ __forceinline__ T shuffle_xor(T v, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+}
+
+template <class T, class Combine>
+__device__ __forceinline__ T warp_reduce(T v, Combine combine) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = combine(v, shuffle_xor(v, offset));
   return v;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  return v;
-}
-
-// Sum of v over the block, returned to every thread. blockDim.x must be a multiple of 32 and
-// every thread of the block must call it (it synchronises the block).
-template <class T>
-__device__ T block_sum(T v) {
+// combine over the block, returned to every thread; `none` stands for the lanes past the
+// last warp (combine(v, none) = v). blockDim.x must be a multiple of 32 and every thread of
+// the block must call it (it synchronises the block).
+template <class T, class Combine>
+__device__ T block_reduce(T v, T none, Combine combine) {
   __shared__ T partial[32];
-  v = warp_sum(v);
+  v = warp_reduce(v, combine);
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   __syncthreads();  // an earlier call may still be reading partial
   if (lane == 0) partial[warp] = v;
   __syncthreads();
-  return warp_sum(lane < (blockDim.x >> 5) ? partial[lane] : T(0));
+  return warp_reduce(lane < (blockDim.x >> 5) ? partial[lane] : none, combine);
 }
+
+struct Plus {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+
+struct Fmax {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) { return warp_reduce(v, Plus{}); }
+
+__device__ __forceinline__ float warp_max(float v) { return warp_reduce(v, Fmax{}); }
+
+// Sum of v over the block, returned to every thread (block_reduce's rules).
+template <class T>
+__device__ T block_sum(T v) { return block_reduce(v, T(0), Plus{}); }
 
 // The sum of values[0, count) over the block, in a fixed order, returned to every thread;
 // for the one-block kernels that finish a grid-wide sum from its per-block partial sums.
@@ -104,16 +124,8 @@ __device__ inline double block_sum_of(int64_t count, const double* values) {
   return block_sum(sum);
 }
 
-// Maximum of v over the block, returned to every thread; same rules as block_sum.
-__device__ inline float block_max(float v) {
-  __shared__ float partial[32];
-  v = warp_max(v);
-  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  return warp_max(lane < (blockDim.x >> 5) ? partial[lane] : -INFINITY);
-}
+// Maximum of v over the block, returned to every thread (block_reduce's rules).
+__device__ inline float block_max(float v) { return block_reduce(v, -INFINITY, Fmax{}); }
 
 // max_j x_j and sum_j exp(x_j - max) of one row, computed by the whole block as the Native
 // backend does (float exp, double sum), so that softmax = exp(x - max) / sum and

@@ -3,10 +3,12 @@
 // backward of reduce_middle (elementwise) beside them.
 //
 // Which kernel runs depends on the shape alone, so a shape always sums in the same order:
-//   - many outputs (outer * inner >= kManyOutputs): one thread per output (o, i) walks the
-//     middle axis as the Native backend does (tensor_ops.cpp), giving its bits;
-//   - few outputs (a Reduction to a scalar or to one value per sample, ArgMax over a whole
-//     sample): blocks share each output's middle axis, so a long axis is not one thread's.
+//   - many outputs (outer * inner >= kManyOutputs) or a short axis (mid < kLongAxis): one
+//     thread per output (o, i) walks the middle axis as the Native backend does
+//     (tensor_ops.cpp), giving its bits;
+//   - few outputs of a long axis (a Reduction to a scalar or to one value per sample, ArgMax
+//     over a whole sample): blocks share each output's middle axis, so a long axis is not
+//     one thread's.
 // reduce_middle with few outputs: a block takes up to 32 positions i (a power of two, cw)
 // and one piece of the middle axis; its kBlock / cw slices of threads stride over the piece
 // (thread (s, i) sums m = s, s + slices, ... in double), a fixed tree adds the slices, and
@@ -29,8 +31,12 @@ namespace {
 using tensor_ops::ranks_before;
 using tensor_ops::reduce_term;
 
-// Below this many outputs, blocks share each output's middle axis.
+// Below this many outputs, blocks share each output's middle axis if it holds at least
+// kLongAxis values: one thread walks a shorter axis in about the time a block takes to
+// reduce it, and ArgMax's block per output would leave most of its threads idle (over 21
+// classes at each pixel, 21 of 256 busy).
 constexpr int64_t kManyOutputs = int64_t{1} << 16;
+constexpr int64_t kLongAxis = kBlock;
 // reduce_middle with few outputs splits the middle axis into pieces until about
 // kTargetBlocks blocks run, keeping at least kMinTerms terms per thread.
 constexpr int64_t kTargetBlocks = 1024;
@@ -127,7 +133,7 @@ __global__ void reduce_pieces_finish_kernel(ReducePieces r, float coeff,
 template <ReduceOp Op>
 void launch_reduce_middle(cudaStream_t s, CudaContext& context, int64_t outer, int64_t mid,
                           int64_t inner, float coeff, const float* x, float* y) {
-  if (outer * inner >= kManyOutputs) {
+  if (outer * inner >= kManyOutputs || mid < kLongAxis) {
     reduce_middle_kernel<Op><<<elementwise_grid(outer * inner), kBlock, 0, s>>>(
         outer, mid, inner, coeff, x, y);
     LAMINA_CUDA_LAUNCHED(reduce_middle_kernel);
@@ -184,27 +190,15 @@ __device__ __forceinline__ Pick first_of(Pick a, Pick b) {
   return ranks_before(b.value, b.channel, a.value, a.channel) ? b : a;
 }
 
-// first_of over the warp's lanes, then over the block's warps (every thread calls it; it
-// synchronises the block), returned to every thread. first_of picks the maximum of a total
-// order, so the tree's shape does not change the result.
-__device__ __forceinline__ Pick warp_first(Pick p) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const Pick other{__shfl_xor_sync(0xffffffffu, p.value, offset),
-                     __shfl_xor_sync(0xffffffffu, p.channel, offset)};
-    p = first_of(p, other);
-  }
-  return p;
+// Picks move between lanes a field at a time (block_reduce's butterflies).
+__device__ __forceinline__ Pick shuffle_xor(Pick p, int lane_mask) {
+  return {__shfl_xor_sync(0xffffffffu, p.value, lane_mask),
+          __shfl_xor_sync(0xffffffffu, p.channel, lane_mask)};
 }
 
-__device__ Pick block_first(Pick p) {
-  __shared__ Pick partial[32];
-  p = warp_first(p);
-  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  __syncthreads();  // an earlier call may still be reading partial
-  if (lane == 0) partial[warp] = p;
-  __syncthreads();
-  return warp_first(lane < (blockDim.x >> 5) ? partial[lane] : Pick{0.0f, -1});
-}
+struct FirstOf {
+  __device__ Pick operator()(Pick a, Pick b) const { return first_of(a, b); }
+};
 
 // The pick after `previous` (channel -1: the first pick) among x[c * stride], c < channels,
 // as tensor_ops::top_k's scan finds it, by the whole block. The scan keeps its first
@@ -220,7 +214,8 @@ __device__ Pick block_pick(int64_t channels, int64_t stride, const float* x, Pic
     if (previous.channel >= 0 && !ranks_before(previous.value, previous.channel, v, c)) continue;
     best = first_of(best, Pick{v, c});
   }
-  return block_first(best);
+  // first_of picks the maximum of a total order, so the tree's shape does not change it.
+  return block_reduce(best, Pick{0.0f, -1}, FirstOf{});
 }
 
 // A block per output (o, i): top_k picks, each after the one before.
@@ -273,7 +268,7 @@ void CudaBackend::argmax(int64_t outer, int64_t channels, int64_t inner, int64_t
   const int64_t n = outer * inner;
   if (n <= 0 || top_k <= 0) return;
   const cudaStream_t s = on_device();
-  if (n >= kManyOutputs) {
+  if (n >= kManyOutputs || channels < kLongAxis) {
     argmax_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(outer, channels, inner, top_k, x,
                                                          index, value);
     LAMINA_CUDA_LAUNCHED(argmax_kernel);

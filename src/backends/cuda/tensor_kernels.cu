@@ -3,15 +3,23 @@
 // (reduce_middle, argmax) are in reduce_kernels.cu.
 //
 // Each result is the Native backend's (tensor_ops.cpp), bit for bit. scatter_add_rows adds
-// every destination row's sources in order of r with no atomics: the block of the first r
-// that names a row (and a tile of columns) owns that row; it finds the later r naming the
-// same row by scanning the index list a tile of kBlock entries at a time, and adds their
-// rows in order, one thread per column. Blocks of the other r find an earlier one and stop.
-// The work is rows x (the rows scanned) / kBlock index reads plus one add per source value,
-// parallel over the distinct rows and the column tiles, so few columns (Embed's small
-// embeddings) and few rows of many columns (BatchReindex) both spread over the device. An
-// index that names no row is never used as one: gather_rows writes NaN to its row,
-// scatter_add_rows skips it.
+// every destination row's sources in order of r with no atomics: the pairs (destination
+// row, r) are sorted by row with CUB's radix sort, which is stable (so each row's sources
+// stay in order of r), CUB's selection lists where each row's run of sources starts, and
+// one thread per (run, column) adds the run's values in order. That is O(rows) work for the
+// sort (a pass per radix digit of the row numbers) and O(rows cols) for the adds, parallel over
+// the destination rows named and the columns; a row named by many picks is one thread's
+// chain of adds per column, as Native's order requires. Its arrays and CUB's temporary
+// storage are the context's workspace, which a call grows to what its shape needs: the
+// warm-up pass before a step is captured does, and a capture that would grow it fails.
+// Up to kFewRows rows (not worth the sort's launches), and past the sort's 32-bit keys,
+// one thread per column adds all the rows in order instead. An index that names no row is never used as one: gather_rows writes NaN to
+// its row, scatter_add_rows skips it.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_select.cuh>
+
+#include <cstdint>
+
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
@@ -48,55 +56,95 @@ __global__ void gather_rows_kernel(int64_t rows, int64_t cols, const float* inde
   }
 }
 
-// Whether some r' < r names row `to`: scanned a tile at a time by the whole block, which
-// gets the same answer in every thread.
-__device__ bool named_before(int64_t r, int64_t to, const float* index, int64_t dst_rows) {
-  for (int64_t r0 = 0; r0 < r; r0 += blockDim.x) {
-    const int64_t q = r0 + threadIdx.x;
-    if (__syncthreads_or(q < r && row_of(index[q], dst_rows) == to)) return true;
-  }
-  return false;
-}
+// ---- scatter_add_rows ----
 
-// dst (dst_rows, cols) row index[r] += src (rows, cols) row r, in order of r. Block (x, y)
-// takes r = x, x + gridDim.x, ... and the tiles of kBlock columns y, y + gridDim.y, ...; it
-// adds into row `to` = index[r] only when r is the first to name it (see the file's top):
-// acc = dst[to, j], then for each tile of r' >= r, the r' naming `to` are listed in order
-// in shared memory (a ballot per warp, counts per warp) and each thread adds their values
-// of its column j.
-__global__ void scatter_add_rows_kernel(int64_t rows, int64_t cols, const float* index,
-                                        int64_t dst_rows, const float* src, float* dst) {
-  __shared__ int picks[kBlock];            // positions in the tile naming `to`, in order
-  __shared__ int warp_picks[kBlock / 32];  // how many each warp holds
-  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  const int64_t column_tiles = (cols + kBlock - 1) / kBlock;
-  for (int64_t tile = blockIdx.y; tile < column_tiles; tile += gridDim.y) {
-    const int64_t j = tile * kBlock + threadIdx.x;
-    LAMINA_BLOCK_STRIDE_LOOP(r, rows) {
+// Up to this many source rows, one thread per column adds them all (no sort).
+constexpr int64_t kFewRows = 32;
+// The sort's keys and positions are 32-bit: up to this many source and destination rows.
+constexpr int64_t kMostSorted = INT32_MAX;
+
+// dst (dst_rows, cols) row index[r] += src (rows, cols) row r, one thread per column j
+// walking r in order.
+__global__ void scatter_add_columns_kernel(int64_t rows, int64_t cols, const float* index,
+                                           int64_t dst_rows, const float* src, float* dst) {
+  LAMINA_GRID_STRIDE_LOOP(j, cols) {
+    for (int64_t r = 0; r < rows; ++r) {
       const int64_t to = row_of(index[r], dst_rows);
-      if (to < 0 || named_before(r, to, index, dst_rows)) continue;
-      float acc = j < cols ? dst[to * cols + j] : 0.0f;
-      for (int64_t r0 = r; r0 < rows; r0 += kBlock) {
-        const int64_t q = r0 + threadIdx.x;
-        const bool pick = q < rows && row_of(index[q], dst_rows) == to;
-        const unsigned ballot = __ballot_sync(0xffffffffu, pick);
-        if (lane == 0) warp_picks[warp] = __popc(ballot);
-        __syncthreads();
-        int before = 0, count = 0;
-        for (unsigned w = 0; w < kBlock / 32; ++w) {
-          before += w < warp ? warp_picks[w] : 0;
-          count += warp_picks[w];
-        }
-        if (pick) picks[before + __popc(ballot & ((1u << lane) - 1u))] = threadIdx.x;
-        __syncthreads();
-        if (j < cols) {
-          for (int k = 0; k < count; ++k) acc += src[(r0 + picks[k]) * cols + j];
-        }
-        __syncthreads();  // the next tile rewrites picks and warp_picks
-      }
-      if (j < cols) dst[to * cols + j] = acc;
+      if (to >= 0) dst[to * cols + j] += src[r * cols + j];
     }
   }
+}
+
+// keys[r] = the row index[r] names, or dst_rows (which sorts last) when it names none;
+// positions[r] = r.
+__global__ void scatter_keys_kernel(int64_t rows, const float* index, int64_t dst_rows,
+                                   uint32_t* keys, uint32_t* positions) {
+  LAMINA_GRID_STRIDE_LOOP(r, rows) {
+    const int64_t to = row_of(index[r], dst_rows);
+    keys[r] = static_cast<uint32_t>(to >= 0 ? to : dst_rows);
+    positions[r] = static_cast<uint32_t>(r);
+  }
+}
+
+// Whether sorted position p starts a run of equal keys (one destination row's sources).
+struct StartsRun {
+  const uint32_t* sorted_keys;
+  __device__ bool operator()(uint32_t p) const {
+    return p == 0 || sorted_keys[p] != sorted_keys[p - 1];
+  }
+};
+
+// One thread per (run s < *runs, column j): the run of sorted positions [starts[s], the
+// next start or rows) adds its source rows (sources[p], in increasing r: the sort is
+// stable) to dst row sorted_keys[start], in a register; the run of dst_rows (indices that
+// name no row) is skipped.
+__global__ void scatter_add_runs_kernel(int64_t rows, int64_t cols, int64_t dst_rows,
+                                        const uint32_t* sorted_keys, const uint32_t* sources,
+                                        const uint32_t* starts, const int64_t* runs,
+                                        const float* src, float* dst) {
+  const int64_t n = *runs;
+  LAMINA_GRID_STRIDE_LOOP(e, n * cols) {
+    const int64_t s = e / cols, j = e - s * cols;
+    const int64_t begin = starts[s], end = s + 1 < n ? int64_t{starts[s + 1]} : rows;
+    const int64_t to = sorted_keys[begin];
+    if (to == dst_rows) continue;
+    float acc = dst[to * cols + j];
+    for (int64_t p = begin; p < end; ++p) acc += src[int64_t{sources[p]} * cols + j];
+    dst[to * cols + j] = acc;
+  }
+}
+
+// The context's workspace laid out for the sort of `rows` keys below end_bit: five arrays
+// of rows entries and the run count at 256-byte boundaries, then CUB's temporary storage
+// (the larger of the sort's and the selection's; CUB computes the sizes on the host when
+// given no storage).
+struct ScatterArrays {
+  uint32_t* keys;         // (rows) scatter_keys_kernel's
+  uint32_t* positions;    // (rows) 0 .. rows - 1: the sort's values, the selection's input
+  uint32_t* sorted_keys;  // (rows) the keys in increasing order, equal keys in order of r
+  uint32_t* sources;      // (rows) the r of each sorted key
+  uint32_t* starts;       // (rows) the sorted position where each run starts, runs of them
+  int64_t* runs;          // (1) how many runs
+  void* temp;
+  size_t temp_bytes;
+};
+
+ScatterArrays scatter_arrays(CudaContext& context, int rows, int end_bit) {
+  size_t sort_bytes = 0, select_bytes = 0;
+  const uint32_t* no_keys = nullptr;
+  uint32_t* no_out = nullptr;
+  int64_t* no_count = nullptr;
+  LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, no_keys, no_out,
+                                                    no_keys, no_out, rows, 0, end_bit));
+  LAMINA_CUDA_CHECK(cub::DeviceSelect::If(nullptr, select_bytes, no_keys, no_out, no_count,
+                                          rows, StartsRun{no_keys}));
+  const auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t array = aligned(sizeof(uint32_t) * rows), count = aligned(sizeof(int64_t));
+  const size_t temp_bytes = std::max(sort_bytes, select_bytes);
+  char* base = static_cast<char*>(context.workspace(5 * array + count + temp_bytes));
+  const auto at = [&](int k) { return reinterpret_cast<uint32_t*>(base + k * array); };
+  return {at(0), at(1), at(2), at(3), at(4), reinterpret_cast<int64_t*>(base + 5 * array),
+          base + 5 * array + count, temp_bytes};
 }
 
 }  // namespace
@@ -124,12 +172,31 @@ void CudaBackend::gather_rows(int64_t rows, int64_t cols, const float* index, in
 
 void CudaBackend::scatter_add_rows(int64_t rows, int64_t cols, const float* index,
                                    int64_t dst_rows, const float* src, float* dst) {
-  if (rows <= 0 || cols <= 0) return;
-  const int64_t column_tiles = (cols + kBlock - 1) / kBlock;
-  const dim3 grid(row_grid(rows), static_cast<unsigned>(std::min<int64_t>(column_tiles, 65535)));
-  scatter_add_rows_kernel<<<grid, kBlock, 0, on_device()>>>(rows, cols, index, dst_rows, src,
-                                                            dst);
-  LAMINA_CUDA_LAUNCHED(scatter_add_rows_kernel);
+  if (rows <= 0 || cols <= 0 || dst_rows <= 0) return;
+  const cudaStream_t s = on_device();
+  if (rows <= kFewRows || rows > kMostSorted || dst_rows >= kMostSorted) {
+    scatter_add_columns_kernel<<<elementwise_grid(cols), kBlock, 0, s>>>(rows, cols, index,
+                                                                          dst_rows, src, dst);
+    LAMINA_CUDA_LAUNCHED(scatter_add_columns_kernel);
+    return;
+  }
+  int end_bit = 1;  // the keys, dst_rows included, are below 2^end_bit
+  while ((int64_t{1} << end_bit) <= dst_rows) ++end_bit;
+  const ScatterArrays a = scatter_arrays(context_, static_cast<int>(rows), end_bit);
+  scatter_keys_kernel<<<elementwise_grid(rows), kBlock, 0, s>>>(rows, index, dst_rows, a.keys,
+                                                                a.positions);
+  LAMINA_CUDA_LAUNCHED(scatter_keys_kernel);
+  size_t bytes = a.temp_bytes;
+  LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(a.temp, bytes, a.keys, a.sorted_keys,
+                                                    a.positions, a.sources,
+                                                    static_cast<int>(rows), 0, end_bit, s));
+  bytes = a.temp_bytes;
+  const uint32_t* positions = a.positions;  // the query's type: the same instantiation
+  LAMINA_CUDA_CHECK(cub::DeviceSelect::If(a.temp, bytes, positions, a.starts, a.runs, rows,
+                                          StartsRun{a.sorted_keys}, s));
+  scatter_add_runs_kernel<<<elementwise_grid(rows * cols), kBlock, 0, s>>>(
+      rows, cols, dst_rows, a.sorted_keys, a.sources, a.starts, a.runs, src, dst);
+  LAMINA_CUDA_LAUNCHED(scatter_add_runs_kernel);
 }
 
 }  // namespace lamina::cuda_detail
