@@ -137,8 +137,10 @@ TEST_P(CaffeStyleNet, ForwardAndBackwardOnBothBackends) {
   // Each layer agrees with Native to 1e-5 (the layer tables); through the whole backward
   // pass of a deep net the differences grow (cuDNN's algorithms round otherwise, and a value
   // near 0 may fall on the other side of a ReLU): on an H200 the first layer's weight
-  // gradient differed by a normalised 1.0e-3 (AlexNet) and 2.0e-3 (GoogLeNet).
-  EXPECT_EQ(compare(cuda_grad, grad, 5e-3), "");
+  // gradient differed by a normalised 1.0e-3 (AlexNet) and, for GoogLeNet, 2.0e-3 to 6.2e-3
+  // from run to run, as cuDNN's timed search picks FFT algorithms for some of its
+  // convolutions or not.
+  EXPECT_EQ(compare(cuda_grad, grad, 1e-2), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Nets, CaffeStyleNet,
