@@ -353,6 +353,13 @@ constexpr const char* kDataLayer = R"(
   layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN }
           transform_param { scale: 0.00390625 }
           data_param { source: "examples/mnist/mnist_train_lmdb" batch_size: 64 backend: LMDB } })";
+// Caffe's V1 syntax, and weights carried in the net file.
+constexpr const char* kV1Layers = R"(
+  layers { name: "ip" type: INNER_PRODUCT bottom: "data" top: "ip"
+           inner_product_param { num_output: 2 } })";
+const std::string kInlineBlobs = std::string(kInput) + R"(
+  layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+          inner_product_param { num_output: 2 } blobs { shape { dim: 2 dim: 64 } } })";
 constexpr const char* kDataType = R"(
   layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN } })";
 
@@ -362,7 +369,9 @@ INSTANTIATE_TEST_SUITE_P(
         Unsupported{"convolution_param axis", kConvAxis.c_str(), "axis"},
         Unsupported{"a parameter message the layer does not read", kWrongParamMessage.c_str(),
                     "pooling_param"},
-        Unsupported{"Caffe's Data layer (data_param)", kDataLayer, "data_param"},
+        Unsupported{"Caffe's Data layer (data_param)", kDataLayer, "'Data'"},
+        Unsupported{"Caffe's V1 layers", kV1Layers, "Caffe's V1 syntax"},
+        Unsupported{"blobs in the net file", kInlineBlobs.c_str(), "carries 1 blobs"},
         Unsupported{"Caffe's Data layer type", kDataType, "'Data'"}),
     [](const ::testing::TestParamInfo<Unsupported>& info) {
       std::string name;

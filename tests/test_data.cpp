@@ -221,6 +221,18 @@ TEST_F(DataTest, MnistDataCountMismatchNamesBothFiles) {
                     HasSubstr("4 labels")));
 }
 
+TEST_F(DataTest, MnistDataRefusesTransformsOtherThanScale) {
+  write_set(4, 2, 2);
+  Tensor data(backend_, {1}), label(backend_, {1});
+  auto layer = make_layer("name: 'mnist' type: 'MnistData' top: 'data' top: 'label' "
+                          "transform_param { scale: 0.5 mirror: true } "
+                          "mnist_data_param { images: '" + path("img") + "' labels: '" +
+                          path("lbl") + "' batch_size: 2 }");
+  EXPECT_THAT(error_of([&] { layer->setup({}, {&data, &label}); }),
+              HasSubstr("layer 'mnist' (MnistData): MnistData applies only "
+                        "transform_param.scale; remove mirror"));
+}
+
 TEST_F(DataTest, MnistDataOutOfRangeLabelNamesFileAndIndex) {
   write_set(5, 2, 2);
   write_idx(path("lbl"), 0x801, {5}, {0, 1, 10, 3, 4});

@@ -89,6 +89,9 @@ void flatten(const LayerParameter& p, std::vector<int> path, const std::string& 
       fail(here(), e.what());
     }
   }
+  LAMINA_REQUIRE(p.blobs_size() == 0, here(), "it carries ", p.blobs_size(), " blobs (learned "
+                 "arrays) in the net file, which Lamina does not read; remove them and load "
+                 "the weights with --weights");
   if (p.type() != "Sequential") {
     LAMINA_REQUIRE(p.layer_size() == 0, here(), "only a Sequential container may hold layers");
     FlatLayer flat{p, path, {}};
@@ -141,6 +144,10 @@ void assign_keys(std::vector<FlatLayer>& flat) {
 // 1.
 void flatten_layers(const NetParameter& param, const std::string& net_name,
                     const NetState& state, NetPlan& plan) {
+  LAMINA_REQUIRE(param.layers_size() == 0, plan.source.empty() ? "net" : plan.source,
+                 ": the net '", net_name, "' is written in Caffe's V1 syntax (`layers { type: "
+                 "CONVOLUTION }`), which Lamina does not read; write each as `layer { type: "
+                 "\"Convolution\" }` (Caffe's upgrade_net_proto_text does it)");
   if (std::optional<LayerParameter> input = input_header_layer(param, plan.source))
     plan.flat.push_back(FlatLayer{std::move(*input), {}, {}});
   for (int i = 0; i < param.layer_size(); ++i) flatten(param.layer(i), {i}, "", state, plan);

@@ -53,7 +53,12 @@ class MnistDataLayer final : public Layer {
     LAMINA_REQUIRE(p.batch_size() > 0, where(), "mnist_data_param.batch_size must be > 0");
     batch_ = p.batch_size();
     shuffle_ = p.shuffle();
-    scale_ = param_.transform_param().scale();
+    const TransformationParameter& t = param_.transform_param();
+    LAMINA_REQUIRE(!t.mirror() && t.crop_size() == 0 && !t.has_mean_file() &&
+                       t.mean_value_size() == 0 && !t.force_color() && !t.force_gray(),
+                   where(), "MnistData applies only transform_param.scale; remove mirror, "
+                   "crop_size, mean_file, mean_value, force_color and force_gray");
+    scale_ = t.scale();
 
     IdxArray images = read_idx(p.images());  // (S, H, W)
     IdxArray labels = read_idx(p.labels());  // (S)
