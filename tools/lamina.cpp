@@ -1,7 +1,8 @@
 // The lamina command-line tool: train a net from a solver prototxt (resuming from a
 // snapshot or starting from trained weights), score trained weights, time a net layer by
-// layer, convert weights to and from Caffe's .caffemodel, list GPUs. User mistakes print one message and exit 1; a misspelt subcommand or
-// option is named with the closest one (command_line.hpp).
+// layer, convert weights to and from Caffe's .caffemodel, list GPUs. User mistakes print one
+// message and exit 1; a misspelt subcommand or option is named with the closest one
+// (command_line.hpp).
 //
 // --stage and --level choose the net's state (which layers its include/exclude rules keep),
 // as Caffe's tool's flags do: for `test` and `time` the net's, for `train` the train net's
@@ -169,18 +170,18 @@ std::string some_names(const std::vector<std::string>& names, size_t limit = 5) 
   return out;
 }
 
-// Loads a --weights file into net: Lamina's weights (the file begins with "LAMINAW\0"),
-// else a Caffe model (.caffemodel, matched by layer name as Caffe does; caffe_weights.hpp).
-// A file none of whose entries is a parameter of the net (trained for another net, or named
-// differently) is an error naming both sides, unless allow_unmatched. net_label: "net 'x'",
-// "TEST net"; how_to_allow: how the error can be overridden, when it can (", or give
-// --flag to ...").
+// Loads a --weights file into net: Lamina's weights (weights_file_is_lamina: the file begins
+// with "LAMINA", or is named *.lamina), else a Caffe model (.caffemodel, matched by layer
+// name as Caffe does; caffe_weights.hpp). A file none of whose entries is a parameter of
+// the net (trained for another net, or named differently) is an error naming both sides,
+// unless allow_unmatched. net_label: "net 'x'", "TEST net"; how_to_allow: how the error can
+// be overridden, when it can (", or give --flag to ...").
 lamina::WeightsLoadReport load_user_weights(lamina::Net& net, const std::string& path,
                                             lamina::WeightsMatch match,
                                             const std::string& net_label, bool allow_unmatched,
                                             const std::string& how_to_allow = {}) {
-  if (!lamina::is_lamina_weights_file(path)) {
-    LOG(INFO) << path << " is not a Lamina weights file: reading it as a Caffe model";
+  if (!lamina::weights_file_is_lamina(path)) {
+    LOG(INFO) << path << " is not a Lamina file: reading it as a Caffe model";
     return lamina::load_caffe_weights(net, path, match, allow_unmatched);
   }
   const lamina::SnapshotFile file =
@@ -475,7 +476,7 @@ int convert_weights(const std::string& in, const std::string& out, const std::st
   lamina::Net net = with_context(label, [&] {
     return lamina::Net(net_param, net_phase, *backend, 1, nullptr, model_path);
   });
-  const bool from_lamina = lamina::is_lamina_weights_file(in);
+  const bool from_lamina = lamina::weights_file_is_lamina(in);
   const lamina::WeightsLoadReport report = with_context(label, [&] {
     return from_lamina ? lamina::load_weights(net.arena(), in, lamina::WeightsMatch::kRequireAll)
                        : lamina::load_caffe_weights(net, in, lamina::WeightsMatch::kRequireAll);
@@ -556,8 +557,9 @@ int main(int argc, char** argv) {
                         "Resume from PREFIX_iter_N.solverstate");
   train_cmd->add_option("--weights", train_options.weights,
                         "Start from trained weights: Lamina's (.lamina), matched by parameter "
-                        "name (<layer>/<role>), or a Caffe model (.caffemodel, told apart by "
-                        "its content), matched by layer name as Caffe does; a file that matches "
+                        "name (<layer>/<role>), or a Caffe model (.caffemodel: a file that "
+                        "neither begins with Lamina's magic nor is named *.lamina), matched by "
+                        "layer name as Caffe does; a file that matches "
                         "no parameter is an error")
       ->type_name("FILE");
   train_cmd->add_flag("--allow-unmatched-weights", train_options.allow_unmatched_weights,
@@ -589,7 +591,8 @@ int main(int argc, char** argv) {
   auto* test_cmd = app.add_subcommand("test", "Score trained weights on a net's TEST phase");
   test_cmd->add_option("--model", model_path, "Net prototxt (its TEST phase)")->required();
   test_cmd->add_option("--weights", weights_path, "Trained weights: Lamina's (.lamina) or a "
-                       "Caffe model (.caffemodel), told apart by the file's content")
+                       "Caffe model (.caffemodel: a file that neither begins with Lamina's "
+                       "magic nor is named *.lamina)")
       ->required()
       ->type_name("FILE");
   test_cmd->add_option("--iterations", iterations, "Batches to score (default 50)");
@@ -608,8 +611,9 @@ int main(int argc, char** argv) {
       "convert_weights", "Convert trained weights between Lamina's format and Caffe's "
       ".caffemodel, through the net they were trained for");
   std::string convert_in, convert_out, convert_to, convert_phase = "test";
-  convert_cmd->add_option("IN", convert_in, "The weights to convert: Lamina's or a Caffe "
-                          "model (.caffemodel, V1 included), told apart by the content")
+  convert_cmd->add_option("IN", convert_in, "The weights to convert: Lamina's (a file that "
+                          "begins with its magic, or named *.lamina), else a Caffe model "
+                          "(.caffemodel, V1 included)")
       ->required();
   convert_cmd->add_option("OUT", convert_out, "Where to write them: Caffe's format when OUT "
                           "ends in .caffemodel, else Lamina's (unless --to says)")

@@ -27,9 +27,11 @@
 
 namespace lamina {
 
-// Whether the file at path is one of Lamina's weights files (it begins with the magic
-// "LAMINAW\0"); anything else given as weights is read as a .caffemodel.
-bool is_lamina_weights_file(const std::string& path);
+// Whether weights at path are read as Lamina's: the file begins with "LAMINA" (the weights'
+// magic "LAMINAW\0", or a solver state's, which the weights reader refuses by name), or is
+// named *.lamina (a damaged one is then reported by Lamina's reader: bad magic). Anything
+// else given as weights is read as a .caffemodel, whatever its name.
+bool weights_file_is_lamina(const std::string& path);
 
 // Parses bytes read from source (a path, for messages) as a .caffemodel, upgrading V1
 // layers, and checks every blob (dimensions, and as many values as its shape holds).

@@ -7,6 +7,7 @@
 
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -17,7 +18,8 @@
 namespace lamina {
 namespace {
 
-constexpr char kLaminaMagic[8] = {'L', 'A', 'M', 'I', 'N', 'A', 'W', '\0'};
+// The start of both snapshot magics ("LAMINAW\0", "LAMINAS\0"; snapshot.hpp).
+constexpr char kLaminaMagic[6] = {'L', 'A', 'M', 'I', 'N', 'A'};
 
 std::string prefix_of(const std::string& path) { return "Caffe model '" + path + "': "; }
 
@@ -63,11 +65,12 @@ std::string blob_shapes(const LayerParameter& layer) {
 
 }  // namespace
 
-bool is_lamina_weights_file(const std::string& path) {
+bool weights_file_is_lamina(const std::string& path) {
   InputFile file(path, "weights file");
-  char head[8] = {};
-  return file.read(head, sizeof(head)) == sizeof(head) &&
-         std::memcmp(head, kLaminaMagic, sizeof(head)) == 0;
+  char head[sizeof(kLaminaMagic)] = {};
+  return (file.read(head, sizeof(head)) == sizeof(head) &&
+          std::memcmp(head, kLaminaMagic, sizeof(head)) == 0) ||
+         std::filesystem::path(path).extension() == ".lamina";
 }
 
 Shape blob_shape(const BlobProto& blob) {
@@ -96,8 +99,9 @@ NetParameter parse_caffemodel(const std::string& bytes, const std::string& sourc
   in.SetTotalBytesLimit(INT_MAX);  // VGG's 550 MB and the like; protobuf's default is 64 MB
   if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
     fail(what, "does not parse as a Caffe model (a NetParameter in protobuf's binary form, "
-         "as Caffe writes .caffemodel files): it is truncated or damaged, or not a Caffe "
-         "model (", bytes.size(), " bytes)");
+         "as Caffe writes .caffemodel files): it is truncated or damaged, or neither a Caffe "
+         "model nor Lamina's weights (which begin with \"LAMINAW\") (", bytes.size(),
+         " bytes)");
   if (model.layers_size() > 0) model = upgrade_v1_net(model, source);
   LAMINA_REQUIRE(model.layer_size() > 0, what, "holds no layers (", bytes.size(),
                  " bytes); it is not a trained Caffe model");
