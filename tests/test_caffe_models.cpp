@@ -353,10 +353,7 @@ constexpr const char* kDataLayer = R"(
   layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN }
           transform_param { scale: 0.00390625 }
           data_param { source: "examples/mnist/mnist_train_lmdb" batch_size: 64 backend: LMDB } })";
-// Caffe's V1 syntax, and weights carried in the net file.
-constexpr const char* kV1Layers = R"(
-  layers { name: "ip" type: INNER_PRODUCT bottom: "data" top: "ip"
-           inner_product_param { num_output: 2 } })";
+// Weights carried in the net file (Caffe's V1 syntax is upgraded: test_caffe_weights).
 const std::string kInlineBlobs = std::string(kInput) + R"(
   layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
           inner_product_param { num_output: 2 } blobs { shape { dim: 2 dim: 64 } } })";
@@ -370,7 +367,6 @@ INSTANTIATE_TEST_SUITE_P(
         Unsupported{"a parameter message the layer does not read", kWrongParamMessage.c_str(),
                     "pooling_param"},
         Unsupported{"Caffe's Data layer (data_param)", kDataLayer, "'Data'"},
-        Unsupported{"Caffe's V1 layers", kV1Layers, "Caffe's V1 syntax"},
         Unsupported{"blobs in the net file", kInlineBlobs.c_str(), "carries 1 blobs"},
         Unsupported{"Caffe's Data layer type", kDataType, "'Data'"}),
     [](const ::testing::TestParamInfo<Unsupported>& info) {

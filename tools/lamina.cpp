@@ -1,7 +1,8 @@
 // The lamina command-line tool: train a net from a solver prototxt (resuming from a
 // snapshot or starting from trained weights), score trained weights, time a net layer by
-// layer, list GPUs. User mistakes print one message and exit 1; a misspelt subcommand or
-// option is named with the closest one (command_line.hpp).
+// layer, convert weights to and from Caffe's .caffemodel, list GPUs. User mistakes print one
+// message and exit 1; a misspelt subcommand or option is named with the closest one
+// (command_line.hpp).
 //
 // --stage and --level choose the net's state (which layers its include/exclude rules keep),
 // as Caffe's tool's flags do: for `test` and `time` the net's, for `train` the train net's
@@ -37,6 +38,7 @@
 #include "command_line.hpp"
 #include "workers.hpp"
 #include "lamina/backend_factory.hpp"
+#include "lamina/caffe_weights.hpp"
 #include "lamina/cuda.hpp"
 #include "lamina/io.hpp"
 #include "lamina/net.hpp"
@@ -168,14 +170,20 @@ std::string some_names(const std::vector<std::string>& names, size_t limit = 5) 
   return out;
 }
 
-// Loads a --weights file into net. A file none of whose entries is a parameter of the net
-// (trained for another net, or named differently) is an error naming both sides, unless
-// allow_unmatched. net_label: "net 'x'", "TEST net"; how_to_allow: how the error can be
-// overridden, when it can (", or give --flag to ...").
+// Loads a --weights file into net: Lamina's weights (weights_file_is_lamina: the file begins
+// with "LAMINA", or is named *.lamina), else a Caffe model (.caffemodel, matched by layer
+// name as Caffe does; caffe_weights.hpp). A file none of whose entries is a parameter of
+// the net (trained for another net, or named differently) is an error naming both sides,
+// unless allow_unmatched. net_label: "net 'x'", "TEST net"; how_to_allow: how the error can
+// be overridden, when it can (", or give --flag to ...").
 lamina::WeightsLoadReport load_user_weights(lamina::Net& net, const std::string& path,
                                             lamina::WeightsMatch match,
                                             const std::string& net_label, bool allow_unmatched,
                                             const std::string& how_to_allow = {}) {
+  if (!lamina::weights_file_is_lamina(path)) {
+    LOG(INFO) << path << " is not a Lamina file: reading it as a Caffe model";
+    return lamina::load_caffe_weights(net, path, match, allow_unmatched);
+  }
   const lamina::SnapshotFile file =
       lamina::read_snapshot_file(path, lamina::SnapshotKind::kWeights);
   std::vector<std::string> params, entries;
@@ -447,6 +455,44 @@ int time_net(const std::string& model_path, int iterations, const std::string& g
   return 0;
 }
 
+// Converts trained weights between Lamina's format and Caffe's .caffemodel, through the net
+// of model_path (its `phase`): every parameter of the net must be in `in` (read by its
+// content, as --weights is); `out` is written as `to` says ("caffe" or "lamina"), or by its
+// extension (.caffemodel: Caffe's; anything else: Lamina's).
+int convert_weights(const std::string& in, const std::string& out, const std::string& model_path,
+                    std::string to, const std::string& phase, const StateFlags& state) {
+  LAMINA_REQUIRE(phase == "train" || phase == "test", "--phase must be train or test, got '",
+                 phase, "'");
+  if (to.empty())
+    to = std::filesystem::path(out).extension() == ".caffemodel" ? "caffe" : "lamina";
+  LAMINA_REQUIRE(to == "caffe" || to == "lamina", "--to must be caffe or lamina, got '", to, "'");
+  LAMINA_REQUIRE(std::filesystem::absolute(in) != std::filesystem::absolute(out),
+                 "the output ", out, " is the input; write the converted weights elsewhere");
+  auto backend = lamina::make_backend("cpu");
+  lamina::NetParameter net_param = lamina::read_net_parameter(model_path);
+  state.apply(*net_param.mutable_state());
+  const lamina::Phase net_phase = phase == "train" ? lamina::TRAIN : lamina::TEST;
+  const std::string label = lamina::Phase_Name(net_phase) + " net of " + model_path;
+  lamina::Net net = with_context(label, [&] {
+    return lamina::Net(net_param, net_phase, *backend, 1, nullptr, model_path);
+  });
+  const bool from_lamina = lamina::weights_file_is_lamina(in);
+  const lamina::WeightsLoadReport report = with_context(label, [&] {
+    return from_lamina ? lamina::load_weights(net.arena(), in, lamina::WeightsMatch::kRequireAll)
+                       : lamina::load_caffe_weights(net, in, lamina::WeightsMatch::kRequireAll);
+  });
+  for (const std::string& name : report.ignored)
+    LOG(INFO) << "in " << in << " but not in the " << label << ", not converted: " << name;
+  if (to == "caffe")
+    lamina::save_caffemodel(net, out);
+  else
+    lamina::save_weights(net, out);
+  std::cout << "Converted " << in << " (" << (from_lamina ? "Lamina weights" : "Caffe model")
+            << ") to " << out << " (" << (to == "caffe" ? "Caffe model" : "Lamina weights")
+            << "): " << report.loaded.size() << " parameters of the " << label << "\n";
+  return 0;
+}
+
 // Prints device_query's answer: every device, their number, or one device's name.
 int device_query(bool count_only, int name_of, bool name_given) {
   if (count_only) {
@@ -510,8 +556,12 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--snapshot", train_options.snapshot,
                         "Resume from PREFIX_iter_N.solverstate");
   train_cmd->add_option("--weights", train_options.weights,
-                        "Start from trained weights (.lamina), matched by parameter name "
-                        "(<layer>/<role>); a file that matches no parameter is an error");
+                        "Start from trained weights: Lamina's (.lamina), matched by parameter "
+                        "name (<layer>/<role>), or a Caffe model (.caffemodel: a file that "
+                        "neither begins with Lamina's magic nor is named *.lamina), matched by "
+                        "layer name as Caffe does; a file that matches "
+                        "no parameter is an error")
+      ->type_name("FILE");
   train_cmd->add_flag("--allow-unmatched-weights", train_options.allow_unmatched_weights,
                       "Accept --weights that match no parameter (every parameter then starts "
                       "from its filler)");
@@ -540,7 +590,11 @@ int main(int argc, char** argv) {
 
   auto* test_cmd = app.add_subcommand("test", "Score trained weights on a net's TEST phase");
   test_cmd->add_option("--model", model_path, "Net prototxt (its TEST phase)")->required();
-  test_cmd->add_option("--weights", weights_path, "Trained weights (.lamina)")->required();
+  test_cmd->add_option("--weights", weights_path, "Trained weights: Lamina's (.lamina) or a "
+                       "Caffe model (.caffemodel: a file that neither begins with Lamina's "
+                       "magic nor is named *.lamina)")
+      ->required()
+      ->type_name("FILE");
   test_cmd->add_option("--iterations", iterations, "Batches to score (default 50)");
   test_cmd->add_option("--gpu", gpu, kGpuHelp)->type_name("INT");
   test_cmd->add_option("--precision", precision, std::string(kPrecisionHelp) + "; default fp32");
@@ -553,6 +607,26 @@ int main(int argc, char** argv) {
   time_cmd->add_option("--precision", precision, std::string(kPrecisionHelp) + "; default fp32");
   auto* time_level_option = add_state_flags(time_cmd, state, level, "the net");
 
+  auto* convert_cmd = app.add_subcommand(
+      "convert_weights", "Convert trained weights between Lamina's format and Caffe's "
+      ".caffemodel, through the net they were trained for");
+  std::string convert_in, convert_out, convert_to, convert_phase = "test";
+  convert_cmd->add_option("IN", convert_in, "The weights to convert: Lamina's (a file that "
+                          "begins with its magic, or named *.lamina), else a Caffe model "
+                          "(.caffemodel, V1 included)")
+      ->required();
+  convert_cmd->add_option("OUT", convert_out, "Where to write them: Caffe's format when OUT "
+                          "ends in .caffemodel, else Lamina's (unless --to says)")
+      ->required();
+  convert_cmd->add_option("--model", model_path, "Net prototxt the weights belong to (a "
+                          "deploy net is enough); every parameter of its net must be in IN")
+      ->required();
+  convert_cmd->add_option("--to", convert_to, "The output's format, whatever OUT's extension: "
+                          "caffe or lamina");
+  convert_cmd->add_option("--phase", convert_phase, "The net's phase: train or test "
+                          "(default test)");
+  auto* convert_level_option = add_state_flags(convert_cmd, state, level, "the net");
+
   auto* query_cmd = app.add_subcommand("device_query", "List the GPUs Lamina can use");
   bool count_only = false;
   int name_of = 0;
@@ -561,7 +635,9 @@ int main(int argc, char** argv) {
 
   if (const std::optional<int> status = lamina::cli::parse(app, argc, argv)) return *status;
   if (train_level_option->count() > 0) train_options.state.level = train_level;
-  if (test_level_option->count() > 0 || time_level_option->count() > 0) state.level = level;
+  if (test_level_option->count() > 0 || time_level_option->count() > 0 ||
+      convert_level_option->count() > 0)
+    state.level = level;
   try {
     if (*train_cmd) {
       try {
@@ -572,6 +648,8 @@ int main(int argc, char** argv) {
       }
     }
     if (*test_cmd) return test(model_path, weights_path, iterations, gpu, precision, state);
+    if (*convert_cmd)
+      return convert_weights(convert_in, convert_out, model_path, convert_to, convert_phase, state);
     if (*time_cmd) return time_net(model_path, iterations, gpu, precision, state);
     if (*query_cmd) return device_query(count_only, name_of, name_option->count() > 0);
   } catch (const lamina::Error& e) {

@@ -28,6 +28,7 @@
 #include "lamina/net_state.hpp"
 #include "lamina/precision.hpp"
 #include "lamina/registry.hpp"
+#include "lamina/upgrade_v1.hpp"
 
 namespace lamina {
 
@@ -144,10 +145,8 @@ void assign_keys(std::vector<FlatLayer>& flat) {
 // 1.
 void flatten_layers(const NetParameter& param, const std::string& net_name,
                     const NetState& state, NetPlan& plan) {
-  LAMINA_REQUIRE(param.layers_size() == 0, plan.source.empty() ? "net" : plan.source,
-                 ": the net '", net_name, "' is written in Caffe's V1 syntax (`layers { type: "
-                 "CONVOLUTION }`), which Lamina does not read; write each as `layer { type: "
-                 "\"Convolution\" }` (Caffe's upgrade_net_proto_text does it)");
+  if (param.layers_size() > 0)  // Caffe's V1 syntax: upgraded (upgrade_v1.hpp)
+    return flatten_layers(upgrade_v1_net(param, plan.source), net_name, state, plan);
   if (std::optional<LayerParameter> input = input_header_layer(param, plan.source))
     plan.flat.push_back(FlatLayer{std::move(*input), {}, {}});
   for (int i = 0; i < param.layer_size(); ++i) flatten(param.layer(i), {i}, "", state, plan);

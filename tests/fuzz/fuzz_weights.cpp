@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz_loading.hpp"
 #include "fuzz_util.hpp"
 #include "lamina/io.hpp"
 #include "lamina/native_backend.hpp"
@@ -59,11 +60,6 @@ Fixture& fixture() {
   return *f;
 }
 
-std::vector<float> arena(const Net& net) {
-  const float* w = net.arena().data();
-  return std::vector<float>(w, w + net.arena().count());
-}
-
 void run(const uint8_t* data, size_t size) {
   Fixture& fx = fixture();
   Net& net = *fx.net;
@@ -77,23 +73,8 @@ void run(const uint8_t* data, size_t size) {
 
   const std::string bytes = with_valid_crc(data, size);
   const std::string path = write_file("input.lamina", bytes.data(), bytes.size());
-  for (WeightsMatch match : {WeightsMatch::kExact, WeightsMatch::kRequireAll,
-                             WeightsMatch::kFineTune}) {
-    const std::vector<float> before = arena(net);
-    try {
-      (void)load_weights(net, path, match);
-      accepted("load_weights");
-    } catch (const Error& e) {
-      rejected("load_weights", e);
-      const std::vector<float> after = arena(net);
-      if (std::memcmp(after.data(), before.data(), sizeof(float) * before.size()) != 0) {
-        std::fprintf(stderr, "BUG: load_weights failed but changed the weights\n");
-        std::abort();
-      }
-    }
-  }
-  // The next input starts from the same weights.
-  std::memcpy(net.arena().data(), fx.initial.data(), sizeof(float) * fx.initial.size());
+  load_in_every_mode(net, "load_weights", fx.initial,
+                     [&](WeightsMatch match) { (void)load_weights(net, path, match); });
 }
 
 }  // namespace

@@ -1,0 +1,204 @@
+// Reading .caffemodel files and loading their blobs into a net's parameter arena
+// (caffe_weights.hpp). Writing them is caffe_model_writer.cpp.
+#include "lamina/caffe_weights.hpp"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "lamina/file_access.hpp"
+#include "lamina/host_memory.hpp"
+#include "lamina/upgrade_v1.hpp"
+
+namespace lamina {
+namespace {
+
+// The start of both snapshot magics ("LAMINAW\0", "LAMINAS\0"; snapshot.hpp).
+constexpr char kLaminaMagic[6] = {'L', 'A', 'M', 'I', 'N', 'A'};
+
+std::string prefix_of(const std::string& path) { return "Caffe model '" + path + "': "; }
+
+// "'conv1', 'conv2' and 3 more" (the first `limit` names).
+std::string name_list(const std::vector<std::string>& names, size_t limit = 6) {
+  if (names.empty()) return "none";
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > limit) out += " and " + std::to_string(names.size() - limit) + " more";
+  return out;
+}
+
+// Checks a blob's dimensions and that it holds as many values as they say.
+void check_blob(const BlobProto& blob, const std::string& where) {
+  const Shape shape = blob_shape(blob);
+  for (int64_t d : shape)
+    LAMINA_REQUIRE(d >= 0, where, "has shape ", shape_string(shape), ": a negative dimension");
+  int64_t count = 0;
+  try {
+    count = shape_count(shape);
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
+  const int64_t values = blob.double_data_size() > 0 ? blob.double_data_size() : blob.data_size();
+  LAMINA_REQUIRE(values == count, where, "has shape ", shape_string(shape), " (", count,
+                 " values) but holds ", values, " values");
+}
+
+// The shapes of a layer's parameters: "weight (20, 1, 5, 5), bias (20)".
+std::string param_shapes(const std::vector<const ParamInfo*>& params) {
+  std::string out;
+  for (const ParamInfo* info : params)
+    out += (out.empty() ? "" : ", ") + ("'" + info->name + "' " + shape_string(info->shape));
+  return out.empty() ? "none" : out;
+}
+
+std::string blob_shapes(const LayerParameter& layer) {
+  std::string out;
+  for (const BlobProto& blob : layer.blobs())
+    out += (out.empty() ? "" : ", ") + shape_string(blob_shape(blob));
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+bool weights_file_is_lamina(const std::string& path) {
+  InputFile file(path, "weights file");
+  char head[sizeof(kLaminaMagic)] = {};
+  return (file.read(head, sizeof(head)) == sizeof(head) &&
+          std::memcmp(head, kLaminaMagic, sizeof(head)) == 0) ||
+         std::filesystem::path(path).extension() == ".lamina";
+}
+
+Shape blob_shape(const BlobProto& blob) {
+  if (blob.has_num() || blob.has_channels() || blob.has_height() || blob.has_width())
+    return {blob.num(), blob.channels(), blob.height(), blob.width()};
+  return Shape(blob.shape().dim().begin(), blob.shape().dim().end());
+}
+
+bool caffe_shapes_match(const Shape& param, const Shape& blob) {
+  Shape a, b;
+  for (int64_t d : param)
+    if (d != 1) a.push_back(d);
+  for (int64_t d : blob)
+    if (d != 1) b.push_back(d);
+  return a == b;
+}
+
+NetParameter parse_caffemodel(const std::string& bytes, const std::string& source) {
+  namespace io = google::protobuf::io;
+  const std::string what = prefix_of(source);
+  LAMINA_REQUIRE(bytes.size() <= size_t(INT_MAX), what, "is ", readable_bytes(bytes.size()),
+                 "; protobuf reads at most 2 GiB in one message");
+  NetParameter model;
+  io::ArrayInputStream raw(bytes.data(), int(bytes.size()));
+  io::CodedInputStream in(&raw);
+  in.SetTotalBytesLimit(INT_MAX);  // VGG's 550 MB and the like; protobuf's default is 64 MB
+  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    fail(what, "does not parse as a Caffe model (a NetParameter in protobuf's binary form, "
+         "as Caffe writes .caffemodel files): it is truncated or damaged, or neither a Caffe "
+         "model nor Lamina's weights (which begin with \"LAMINAW\") (", bytes.size(),
+         " bytes)");
+  if (model.layers_size() > 0) model = upgrade_v1_net(model, source);
+  LAMINA_REQUIRE(model.layer_size() > 0, what, "holds no layers (", bytes.size(),
+                 " bytes); it is not a trained Caffe model");
+  for (const LayerParameter& layer : model.layer())
+    for (int k = 0; k < layer.blobs_size(); ++k)
+      check_blob(layer.blobs(k), what + "layer '" + layer.name() + "': blob " +
+                                     std::to_string(k) + " ");
+  return model;
+}
+
+NetParameter read_caffemodel(const std::string& path) {
+  InputFile file(path, "Caffe model");
+  // The bytes, then the message parsed from them: about twice the file.
+  require_host_memory(2 * uint64_t(file.size()),
+                      "the Caffe model '" + path + "' (" + readable_bytes(file.size()) + ")");
+  return parse_caffemodel(file.read_all(file.size()), path);
+}
+
+WeightsLoadReport load_caffe_weights(Net& net, const NetParameter& model,
+                                     const std::string& path, WeightsMatch match,
+                                     bool allow_unmatched) {
+  const std::string what = prefix_of(path);
+  ParamArena& arena = net.arena();
+  std::map<int64_t, const ParamInfo*> by_offset;
+  for (const ParamInfo& info : arena.table()) by_offset[info.offset] = &info;
+  // The net's layers by name, in order, each with its parameters in blob order.
+  std::map<std::string, std::vector<int>> by_name;
+  std::vector<std::vector<const ParamInfo*>> params(net.num_layers());
+  std::vector<std::string> with_params;
+  for (int i = 0; i < net.num_layers(); ++i) {
+    Layer& layer = net.layer(i);
+    by_name[layer.name()].push_back(i);
+    for (const Param& p : layer.params())
+      params[i].push_back(by_offset.at(p.tensor->data() - arena.data()));
+    if (!params[i].empty()) with_params.push_back(layer.name());
+  }
+
+  WeightsLoadReport report;
+  std::vector<float> values = arena.to_host(arena.data());
+  std::set<const ParamInfo*> loaded;
+  std::map<std::string, size_t> seen;
+  std::vector<std::string> file_layers;
+  bool common = false;
+  for (const LayerParameter& source : model.layer()) {
+    file_layers.push_back(source.name());
+    const size_t k = seen[source.name()]++;
+    const auto found = by_name.find(source.name());
+    if (found == by_name.end() || k >= found->second.size()) {
+      LAMINA_REQUIRE(match != WeightsMatch::kExact || source.blobs_size() == 0, what,
+                     "has layer '", source.name(), "' with ", source.blobs_size(), " blob(s), "
+                     "which the net does not have; the file was written for a different net");
+      report.ignored.push_back(source.name());
+      continue;
+    }
+    const int i = found->second[k];
+    const Layer& layer = net.layer(i);
+    const std::string where = what + "layer '" + layer.name() + "' (" + layer.type() + "): ";
+    common = common || !params[i].empty();
+    LAMINA_REQUIRE(source.blobs_size() == int(params[i].size()), where, "the file has ",
+                   source.blobs_size(), " blob(s) (", blob_shapes(source), ") but the net's "
+                   "layer has ", params[i].size(), " parameter(s) (", param_shapes(params[i]),
+                   ")");
+    for (int j = 0; j < source.blobs_size(); ++j) {
+      const BlobProto& blob = source.blobs(j);
+      const ParamInfo& info = *params[i][j];
+      LAMINA_REQUIRE(caffe_shapes_match(info.shape, blob_shape(blob)), where, "blob ", j,
+                     " has shape ", shape_string(blob_shape(blob)), " in the file but its "
+                     "parameter '", info.name, "' has shape ", shape_string(info.shape),
+                     " in the net", match == WeightsMatch::kFineTune
+                         ? "; rename the layer in the net to train it from its filler instead"
+                         : "");
+      float* to = values.data() + info.offset;
+      if (blob.double_data_size() > 0)
+        for (double v : blob.double_data()) *to++ = float(v);
+      else
+        std::copy(blob.data().begin(), blob.data().end(), to);
+      if (loaded.insert(&info).second) report.loaded.push_back(info.name);
+    }
+  }
+  LAMINA_REQUIRE(common || with_params.empty() || allow_unmatched, what, "none of its ",
+                 file_layers.size(), " layers (", name_list(file_layers), ") is a layer of "
+                 "the net with parameters (", name_list(with_params), "); layers are matched "
+                 "by name: the file was written for another net");
+  for (const ParamInfo& info : arena.table()) {
+    if (loaded.count(&info)) continue;
+    LAMINA_REQUIRE(match == WeightsMatch::kFineTune, what, "has no blobs for layer '",
+                   info.layer, "' (parameter '", info.name, "' ", shape_string(info.shape),
+                   "); the file was written for a different net");
+    report.kept_filler.push_back(info.name);
+  }
+  arena.from_host(values, arena.data());
+  return report;
+}
+
+WeightsLoadReport load_caffe_weights(Net& net, const std::string& path, WeightsMatch match,
+                                     bool allow_unmatched) {
+  return load_caffe_weights(net, read_caffemodel(path), path, match, allow_unmatched);
+}
+
+}  // namespace lamina
