@@ -468,6 +468,68 @@ TEST_P(DataLayerTest, Hdf5OutputWritesTheLastBatchWithCaffesFourAxes) {
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(LayerGradient);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(LayerMatchesNative);
 
+TEST_P(Hdf5DataTest, OneFileInOrderStaysOnTheDeviceAndIsCaptured) {
+  write_h5(path("a.h5"), {{"data", h5_data(0, 5)}, {"label", h5_label(0, 5)}});
+  write_list("one.txt", {"a.h5"});
+  auto layer = make(text(3, false, "one.txt"));
+  Tensors t = tops(2);
+  layer->setup({}, t);
+  EXPECT_EQ(layer->capture_blocker(), std::string());
+  // 0 1 2 | 3 4 0 | 1 2 3 | 4 0 1
+  EXPECT_EQ(run(*layer, t, 2), (std::vector<int>{0, 1, 2, 3, 4, 0}));
+  const std::vector<int64_t> state = layer->state();
+  EXPECT_EQ(state, (std::vector<int64_t>{1, 1, 0, 1, 1, 1}));  // round 1, row 1
+  EXPECT_EQ(run(*layer, t, 2), (std::vector<int>{1, 2, 3, 4, 0, 1}));
+  auto resumed = make(text(3, false, "one.txt"));
+  Tensors t2 = tops(2);
+  resumed->setup({}, t2);
+  resumed->set_state(state);
+  EXPECT_EQ(run(*resumed, t2, 2), (std::vector<int>{1, 2, 3, 4, 0, 1}));
+  // A replayed pass moves the host's position as a forward would.
+  resumed->replayed(1);
+  EXPECT_EQ(resumed->state(), (std::vector<int64_t>{1, 3, 0, 0, 3, 1}));
+}
+
+TEST(Hdf5DataResidency, OneFileInOrderCopiesNothingPerPass) {
+  char pattern[] = "/tmp/lamina_data_layers_XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  write_h5(dir + "/a.h5", {{"data", h5_data(0, 4)}, {"label", h5_label(0, 4)}});
+  std::ofstream(dir + "/list.txt") << dir << "/a.h5\n";
+  CountingBackend counting;
+  LayerParameter param;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "name: 'h5' type: 'HDF5Data' top: 'data' top: 'label' hdf5_data_param { source: '" +
+          dir + "/list.txt' batch_size: 3 }", &param));
+  auto layer = LayerRegistry::create(param, LayerContext{counting, TRAIN, 1});
+  Tensor data(counting, {1}), label(counting, {1});
+  layer->setup({}, {&data, &label});
+  const int64_t uploads = counting.uploads;
+  for (int pass = 0; pass < 3; ++pass) layer->forward({}, {&data, &label});
+  EXPECT_EQ(counting.uploads, uploads) << "a forward pass copied from the host";
+  EXPECT_EQ(h5_batch(data, label), (std::vector<int>{2, 3, 0}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_P(Hdf5DataTest, ANetCopiesHdf5DataToHdf5Output) {
+  two_files();
+  const std::string out = path("out.h5");
+  Net net(parse_net_parameter(
+              "layer { name: 'h5' type: 'HDF5Data' top: 'data' top: 'label' hdf5_data_param { "
+              "source: '" + path("list.txt") + "' batch_size: 4 } } "
+              "layer { name: 'out' type: 'HDF5Output' bottom: 'data' bottom: 'label' "
+              "hdf5_output_param { file_name: '" + out + "' } }", "net"),
+          TEST, *backend_, 1);
+  net.forward();
+  net.forward();
+  const auto [dims, values] = read_h5(out, "label");
+  EXPECT_EQ(dims, (std::vector<hsize_t>{4, 1, 1, 1}));
+  EXPECT_EQ(values, (std::vector<float>{4, 5, 6, 0})) << "the second batch";
+  const auto [ddims, dvalues] = read_h5(out, "data");
+  EXPECT_EQ(ddims, (std::vector<hsize_t>{4, 2, 2, 1}));
+  EXPECT_EQ(dvalues[4], 500.0f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, DataLayerTest,
                          ::testing::Values(Device::kNative, Device::kHostAsDevice, Device::kCuda),
                          all_devices);

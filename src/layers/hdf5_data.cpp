@@ -16,9 +16,12 @@
 // seed and e; row order of the k-th file entered: seed and k). One file is in memory at a
 // time, read when a batch reaches it, as in Caffe.
 //
-// Each batch is put together on the host and copied to the device: what a pass reads
-// depends on which file is loaded, which changes in the middle of batches, so the layer's
-// passes are not captured as a CUDA graph (capture_blocker).
+// With several files or shuffle, each batch is put together on the host and copied to the
+// device: what a pass reads depends on which file is loaded, which changes in the middle of
+// batches, so the layer's passes are not captured as a CUDA graph (capture_blocker). One
+// file without shuffle (the common case of a data set in one file) stays on the device, and
+// each batch is chosen there from a pass counter (batch_rows.hpp): nothing is copied per
+// pass and a training step is captured.
 // State (snapshots): (seed, round, file in the round, row, files entered, files listed).
 #include <numeric>
 #include <optional>
@@ -28,6 +31,7 @@
 #include "core/hdf5_file.hpp"
 #include "lamina/file_access.hpp"
 #include "lamina/registry.hpp"
+#include "layers/batch_rows.hpp"
 
 namespace lamina {
 namespace {
@@ -39,6 +43,7 @@ class Hdf5DataLayer final : public Layer {
   int min_bottoms() const override { return 0; }
   int max_bottoms() const override { return 0; }
   int max_tops() const override { return -1; }
+  std::vector<Operation> operations() const override { return {Operation::kTensorOps}; }
 
   void setup(const Tensors& /*bottom*/, const Tensors& top) override {
     const HDF5DataParameter& p = param_.hdf5_data_param();
@@ -67,9 +72,19 @@ class Hdf5DataLayer final : public Layer {
       top[i]->reshape(shape);
     }
     staging_.resize(top.size());
+    // One file read in order: the batches walk its rows and wrap around, which the device
+    // does alone (BatchRows), so the layer can be captured.
+    resident_ = files_.size() == 1 && !shuffle_ && rows() <= BatchRows::kMaxSamples;
+    if (resident_) upload();
   }
 
   void forward(const Tensors& /*bottom*/, const Tensors& top) override {
+    if (resident_) {
+      rows_.next();
+      for (size_t i = 0; i < top.size(); ++i)
+        rows_.gather(top[i]->count() / batch_, device_[i].as<float>(), top[i]->mutable_data());
+      return advance_resident(1);
+    }
     for (size_t i = 0; i < top.size(); ++i) staging_[i].resize(size_t(top[i]->count()));
     for (int64_t r = 0; r < batch_; ++r, ++row_) {
       if (row_ == rows()) next_file();
@@ -89,7 +104,14 @@ class Hdf5DataLayer final : public Layer {
   void backward_input(const Tensors& /*top*/, const std::vector<bool>& /*propagate*/,
                       const Tensors& /*bottom*/) override {}
 
+  void replayed(int64_t passes) override {
+    if (!resident_) return;
+    rows_.replayed(passes);
+    advance_resident(passes);
+  }
+
   std::optional<std::string> capture_blocker() const override {
+    if (resident_) return std::string();
     return std::string("HDF5Data puts each batch together on the host, in Caffe's order "
                        "across file boundaries (one file in memory at a time), and copies it "
                        "to the device every pass");
@@ -119,10 +141,29 @@ class Hdf5DataLayer final : public Layer {
       restart(before[1], before[2], before[3], before[4]);
       throw;
     }
+    if (resident_) upload();
   }
 
  private:
   int64_t rows() const { return arrays_[0].dims[0]; }
+
+  // The one file's datasets to the device; its batches start at the current row.
+  void upload() {
+    device_.clear();
+    for (const Hdf5Array& array : arrays_) {
+      device_.emplace_back(backend_, sizeof(float) * array.values.size());
+      backend_.copy_from_host(device_.back().bytes(), array.values.data(),
+                              device_.back().get());
+    }
+    rows_.shape(backend_, where(), rows(), batch_, row_ % rows());
+  }
+  // One file on the device: the host's position after `passes` more batches.
+  void advance_resident(int64_t passes) {
+    const int64_t next = row_ + passes * batch_;
+    round_ += next / rows();
+    entered_ = round_;
+    row_ = next % rows();
+  }
 
   // Positions the layer at row `row` of file `position` of round `round`, the `entered`-th
   // file entered; loads that file.
@@ -207,6 +248,10 @@ class Hdf5DataLayer final : public Layer {
   int64_t position_ = 0;  // the loaded file's place in file_order_
   int64_t row_ = 0;       // the next row's place in row_order_ (rows(): the file is done)
   int64_t entered_ = 0;   // files entered before the loaded one
+  // One file without shuffle: its datasets stay on the device and batches are chosen there.
+  bool resident_ = false;
+  std::vector<Buffer> device_;  // per top: (rows, cols) float
+  BatchRows rows_;
 };
 
 }  // namespace
