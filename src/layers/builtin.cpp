@@ -54,6 +54,12 @@ void register_batch_reindex_layer();  // BatchReindex
 void register_filter_layer();  // Filter
 void register_parameter_layer();      // Parameter
 // --
+// (Caffe's data: HDF5, memory, dummy)
+void register_dummy_data_layer();     // DummyData
+void register_memory_data_layer();    // MemoryData
+void register_hdf5_data_layer();      // HDF5Data
+void register_hdf5_output_layer();    // HDF5Output
+// --
 
 void register_builtin_layers() {
   register_linear_layer();
@@ -103,6 +109,12 @@ void register_builtin_layers() {
   register_batch_reindex_layer();
   register_filter_layer();
   register_parameter_layer();
+  // --
+  // (Caffe's data: HDF5, memory, dummy)
+  register_dummy_data_layer();
+  register_memory_data_layer();
+  register_hdf5_data_layer();
+  register_hdf5_output_layer();
   // --
 }
 
