@@ -3,11 +3,14 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <leveldb/db.h>
+#include <leveldb/write_batch.h>
 #include <lmdb.h>
 #include <sys/stat.h>
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,6 +66,20 @@ inline void write_lmdb(const std::string& path,
   }
   ASSERT_EQ(mdb_txn_commit(txn), MDB_SUCCESS);
   mdb_env_close(env);
+}
+
+// A LevelDB database at path (new) holding the records, via LevelDB's own API.
+inline void write_leveldb(const std::string& path,
+                          const std::vector<std::pair<std::string, std::string>>& records) {
+  leveldb::Options options;
+  options.create_if_missing = true;
+  options.error_if_exists = true;
+  leveldb::DB* raw = nullptr;
+  ASSERT_TRUE(leveldb::DB::Open(options, path, &raw).ok()) << path;
+  std::unique_ptr<leveldb::DB> db(raw);
+  leveldb::WriteBatch batch;
+  for (const auto& [key, value] : records) batch.Put(key, value);
+  ASSERT_TRUE(db->Write(leveldb::WriteOptions(), &batch).ok());
 }
 
 // "%08d" of i: the keys of Caffe's converters.
