@@ -99,6 +99,7 @@ class DataLayer final : public Layer {
                       const Tensors& /*bottom*/) override {}
 
   bool set_worker(int rank, int workers) override {
+    prefetcher_.reset();  // its threads read rank_ and workers_
     rank_ = rank;
     workers_ = workers;
     restart(position_);
@@ -116,6 +117,7 @@ class DataLayer final : public Layer {
                    records_, "; resume with the same database");
     LAMINA_REQUIRE(state[1] >= 0, where(), "the snapshot's position ", state[1],
                    " is impossible");
+    prefetcher_.reset();  // its threads read seed_
     seed_ = uint64_t(state[0]);  // the transforms' draws depend on it
     restart(state[1]);
   }
