@@ -466,11 +466,10 @@ TEST_F(CaffeWeightsErrors, MixingLayerAndLayersInANetFile) {
 
 // ---- the lamina tool ----
 
+// The built tool, or $LAMINA_TOOL (binaries moved to another machine).
 std::string tool_path() {
   if (const char* env = std::getenv("LAMINA_TOOL"); env && *env) return env;
-  // build/tests/test_caffe_weights -> build/tools/lamina
-  return (std::filesystem::canonical("/proc/self/exe").parent_path().parent_path() / "tools" /
-          "lamina").string();
+  return LAMINA_TOOL;
 }
 
 // Runs the tool with args; its exit status and output (stdout and stderr).

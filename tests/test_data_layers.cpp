@@ -5,11 +5,7 @@
 // by the test's own HDF5 code below, not by Lamina's reader and writer.
 #include <gmock/gmock.h>
 
-#if __has_include(<hdf5.h>)
 #include <hdf5.h>
-#else
-#include <hdf5/serial/hdf5.h>  // Debian's serial HDF5, outside the default include path
-#endif
 
 #include <map>
 #include <set>

@@ -1,8 +1,8 @@
 // The lamina command-line tool: train a net from a solver prototxt (resuming from a
 // snapshot or starting from trained weights), score trained weights, time a net layer by
-// layer, convert weights to and from Caffe's .caffemodel, list GPUs. User mistakes print one
-// message and exit 1; a misspelt subcommand or option is named with the closest one
-// (command_line.hpp).
+// layer, convert weights to and from Caffe's .caffemodel, Caffe's data tools (convert_mnist,
+// compute_image_mean), list GPUs. User mistakes print one message and exit 1; a misspelt
+// subcommand or option is named with the closest one (command_line.hpp).
 //
 // --stage and --level choose the net's state (which layers its include/exclude rules keep),
 // as Caffe's tool's flags do: for `test` and `time` the net's, for `train` the train net's
@@ -40,6 +40,7 @@
 #include "lamina/backend_factory.hpp"
 #include "lamina/caffe_weights.hpp"
 #include "lamina/cuda.hpp"
+#include "lamina/data_tools.hpp"
 #include "lamina/io.hpp"
 #include "lamina/net.hpp"
 #include "lamina/precision.hpp"
@@ -512,6 +513,29 @@ int device_query(bool count_only, int name_of, bool name_given) {
   return 0;
 }
 
+// Caffe's convert_mnist_data: IDX files to a database of Datums keyed "%08d".
+int convert_mnist_command(const std::string& images, const std::string& labels,
+                          const std::string& db, const std::string& backend) {
+  const lamina::DbKind kind = lamina::parse_db_kind(backend);
+  const int64_t n = lamina::convert_mnist(images, labels, db, kind);
+  std::cout << "wrote " << n << " records to " << lamina::db_name(db, kind) << "\n";
+  return 0;
+}
+
+// Caffe's compute_image_mean: the mean image of a database, and each channel's mean.
+int compute_image_mean_command(const std::string& db, const std::string& mean_path,
+                               const std::string& backend) {
+  const lamina::BlobProto mean = lamina::compute_image_mean(db, lamina::parse_db_kind(backend));
+  lamina::write_blob_proto(mean, mean_path);
+  const int64_t pixels = int64_t(mean.height()) * mean.width();
+  for (int c = 0; c < mean.channels(); ++c) {
+    double sum = 0;
+    for (int64_t i = 0; i < pixels; ++i) sum += mean.data(int(c * pixels + i));
+    std::cout << "mean_value channel [" << c << "]: " << sum / double(pixels) << "\n";
+  }
+  return 0;
+}
+
 constexpr const char* kGpuHelp = "GPU device to run on; -1 runs on the CPU (the default)";
 
 }  // namespace
@@ -633,6 +657,21 @@ int main(int argc, char** argv) {
   query_cmd->add_flag("--count", count_only, "Print only the number of devices");
   auto* name_option = query_cmd->add_option("--name", name_of, "Print only this device's name");
 
+  std::string images, labels, db_path, mean_path, db_backend = "lmdb";
+  auto* mnist_cmd = app.add_subcommand(
+      "convert_mnist", "Convert MNIST-format IDX files (.gz too) to a database of Datums, as "
+      "Caffe's convert_mnist_data (keys %08d of the index)");
+  mnist_cmd->add_option("IMAGES", images, "IDX image file (N, H, W)")->required();
+  mnist_cmd->add_option("LABELS", labels, "IDX label file (N)")->required();
+  mnist_cmd->add_option("DB", db_path, "The database to create (a new directory)")->required();
+  mnist_cmd->add_option("--backend", db_backend, "lmdb (the default) or leveldb");
+  auto* mean_cmd = app.add_subcommand(
+      "compute_image_mean", "Write the mean image of a database of Datums as a BlobProto "
+      "(.binaryproto, for transform_param.mean_file), as Caffe's compute_image_mean");
+  mean_cmd->add_option("DB", db_path, "The database")->required();
+  mean_cmd->add_option("MEAN", mean_path, "The .binaryproto file to write")->required();
+  mean_cmd->add_option("--backend", db_backend, "lmdb (the default) or leveldb");
+
   if (const std::optional<int> status = lamina::cli::parse(app, argc, argv)) return *status;
   if (train_level_option->count() > 0) train_options.state.level = train_level;
   if (test_level_option->count() > 0 || time_level_option->count() > 0 ||
@@ -652,6 +691,8 @@ int main(int argc, char** argv) {
       return convert_weights(convert_in, convert_out, model_path, convert_to, convert_phase, state);
     if (*time_cmd) return time_net(model_path, iterations, gpu, precision, state);
     if (*query_cmd) return device_query(count_only, name_of, name_option->count() > 0);
+    if (*mnist_cmd) return convert_mnist_command(images, labels, db_path, db_backend);
+    if (*mean_cmd) return compute_image_mean_command(db_path, mean_path, db_backend);
   } catch (const lamina::Error& e) {
     std::cerr << "lamina: error" << lamina::cli::worker_label() << ": " << e.what() << std::endl;
     lamina::cli::abort_job();  // under mpirun: the other processes stop too

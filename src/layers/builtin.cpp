@@ -18,6 +18,7 @@ void register_split_layer();           // Split
 void register_convert_layer();         // Convert
 void register_input_layer();           // Input
 void register_mnist_data_layer();      // MnistData
+void register_data_layer();            // Data (LMDB, LevelDB)
 void register_convolution_layer();     // Convolution
 void register_pooling_layer();         // Pooling
 void register_batch_norm_layer();      // BatchNorm
@@ -76,6 +77,7 @@ void register_builtin_layers() {
   register_convert_layer();
   register_input_layer();
   register_mnist_data_layer();
+  register_data_layer();
   register_convolution_layer();
   register_pooling_layer();
   register_batch_norm_layer();

@@ -1,0 +1,69 @@
+// Caffe's DataTransformer for raw Datums: one example (C, H, W) becomes (C, H', W') floats,
+//
+//   out[c][h][w] = (in[c][h_off + h][w_off + w'] - mean) * scale,
+//   w' = mirror ? W' - 1 - w : w,
+//
+// where H' = W' = crop_size with a crop (H' = H, W' = W without), and mean is mean_file's
+// value at the same position of the uncropped image (in[c][h_off + h][w_off + w']), or
+// mean_value[c] (one value serves every channel), or 0.
+// The offsets: random in TRAIN, uniform over 0..H-crop_size and 0..W-crop_size; the centre
+// ((H - crop_size) / 2, rounded down) in TEST. Mirror: with mirror set, each example is
+// mirrored with probability 1/2 in both phases, as in Caffe (whose TEST nets mirror too).
+// The random numbers come from counter_rng.hpp for (seed, example index), so an example's
+// transform does not depend on which thread computes it or when.
+// force_color and force_gray concern encoded images only; raw Datums ignore them, as Caffe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lamina/datum.hpp"
+#include "lamina.pb.h"
+
+namespace lamina {
+
+// The random choices for one example.
+struct TransformDraw {
+  bool mirror = false;
+  int64_t h_off = 0, w_off = 0;
+};
+
+class DataTransformer {
+ public:
+  // Reads mean_file (a BlobProto). where: the start of error messages ("layer 'x' (Data): ").
+  // mean_file together with mean_value is an Error, as in Caffe.
+  DataTransformer(const TransformationParameter& param, Phase phase, std::string where);
+
+  // Sets the shape of the examples to come and returns the transformed shape. A crop larger
+  // than the image, a mean_file of another shape, or mean_value with neither 1 nor C values
+  // is an Error naming what to fix.
+  DatumShape set_input(const DatumShape& in);
+  const DatumShape& input() const { return in_; }
+  const DatumShape& output() const { return out_; }
+
+  // The random choices for example `example` of the stream seeded by seed.
+  TransformDraw draw(uint64_t seed, uint64_t example) const;
+  // out (C, H', W') from a raw Datum of the input shape (parse_raw_datum checked it).
+  void transform(const Datum& datum, const TransformDraw& draw, float* out) const;
+
+ private:
+  template <class Value>
+  void transform_values(const Value* in, const TransformDraw& draw, float* out) const;
+
+  TransformationParameter param_;
+  Phase phase_;
+  std::string where_;
+  DatumShape mean_shape_;     // of mean_file
+  std::vector<float> mean_;   // mean_file's values (C, H, W), or one per channel
+  bool mean_image_ = false;   // mean_ holds mean_file's image
+  DatumShape in_, out_;
+};
+
+// A BlobProto file's values and its shape as (C, H, W): the legacy num/channels/height/width
+// with num 1, or a shape of at most 4 dimensions whose leading ones are 1. what names the
+// file's use in messages ("mean file (transform_param.mean_file)").
+std::vector<float> read_mean_blob(const std::string& path, const std::string& what,
+                                  DatumShape& shape);
+
+}  // namespace lamina

@@ -1,0 +1,95 @@
+// Caffe's convert_mnist_data and compute_image_mean (data_tools.hpp).
+#include "lamina/data_tools.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "lamina/datum.hpp"
+#include "lamina/idx.hpp"
+
+namespace lamina {
+namespace {
+
+constexpr int64_t kRecordsPerCommit = 1000;  // as Caffe's converters
+
+}  // namespace
+
+int64_t convert_mnist(const std::string& images, const std::string& labels,
+                      const std::string& db_path, DbKind kind) {
+  const IdxArray pixels = read_idx(images);  // (N, H, W)
+  const IdxArray classes = read_idx(labels);  // (N)
+  LAMINA_REQUIRE(pixels.dims.size() == 3, "IDX file '", images, "' has dimensions ",
+                 shape_string(pixels.dims), "; an image file has 3 (count, rows, cols)");
+  LAMINA_REQUIRE(classes.dims.size() == 1, "IDX file '", labels, "' has dimensions ",
+                 shape_string(classes.dims), "; a label file has 1 (count)");
+  const int64_t n = pixels.dims[0], rows = pixels.dims[1], cols = pixels.dims[2];
+  LAMINA_REQUIRE(n == classes.dims[0], "'", images, "' holds ", n, " images but '", labels,
+                 "' holds ", classes.dims[0], " labels; the two files must come from one set");
+  LAMINA_REQUIRE(n < 100000000, "'", images, "' holds ", n, " images; Caffe's keys (%08d) "
+                 "number at most 10^8 records");
+  std::unique_ptr<DbWriter> db = create_db(db_path, kind);
+  Datum datum;
+  datum.set_channels(1);
+  datum.set_height(int(rows));
+  datum.set_width(int(cols));
+  std::string value;
+  const size_t image_bytes = size_t(rows * cols);
+  for (int64_t i = 0; i < n; ++i) {
+    datum.set_data(pixels.values.data() + i * image_bytes, image_bytes);
+    datum.set_label(classes.values[i]);
+    char key[16];
+    std::snprintf(key, sizeof key, "%08lld", static_cast<long long>(i));
+    datum.SerializeToString(&value);
+    db->put(key, value);
+    if ((i + 1) % kRecordsPerCommit == 0) db->commit();
+  }
+  db->commit();
+  return n;
+}
+
+BlobProto compute_image_mean(const std::string& db_path, DbKind kind) {
+  std::unique_ptr<DbReader> db = open_db(db_path, kind);
+  const std::string source = db_name(db_path, kind);
+  std::unique_ptr<DbCursor> cursor = db->cursor();
+  LAMINA_REQUIRE(cursor->valid(), source, ": the database holds no records");
+  Datum datum;
+  DatumShape first;
+  std::vector<double> sum;
+  int64_t count = 0;
+  for (; cursor->valid(); cursor->next(), ++count) {
+    const DatumShape shape = parse_raw_datum(cursor->value(), source, cursor->key(), datum);
+    if (count == 0) {
+      first = shape;
+      sum.assign(size_t(shape.count()), 0.0);
+    }
+    LAMINA_REQUIRE(shape == first, record_prefix(source, cursor->key()), "is ", shape.channels,
+                   " x ", shape.height, " x ", shape.width, " but the first record is ",
+                   first.channels, " x ", first.height, " x ", first.width,
+                   "; a mean needs images of one shape");
+    if (!datum.data().empty()) {
+      const auto* bytes = reinterpret_cast<const uint8_t*>(datum.data().data());
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += bytes[i];
+    } else {
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += datum.float_data(int(i));
+    }
+  }
+  BlobProto mean;
+  mean.set_num(1);
+  mean.set_channels(int(first.channels));
+  mean.set_height(int(first.height));
+  mean.set_width(int(first.width));
+  for (double s : sum) mean.add_data(float(s / double(count)));
+  return mean;
+}
+
+void write_blob_proto(const BlobProto& blob, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  LAMINA_REQUIRE(out && blob.SerializeToOstream(&out) && out.flush(), "cannot write '", path,
+                 "': ", std::strerror(errno));
+}
+
+}  // namespace lamina
