@@ -349,6 +349,8 @@ const std::string kWrongParamMessage = std::string(kInput) + R"(
           convolution_param { num_output: 4 kernel_size: 3 }
           pooling_param { pool: MAX } })";
 // Caffe's own data layer, as in its lenet_train_test.prototxt.
+// Caffe's own data layer, as in its lenet_train_test.prototxt, over a database that is not
+// there; and ImageData, which Lamina does not have yet.
 constexpr const char* kDataLayer = R"(
   layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN }
           transform_param { scale: 0.00390625 }
@@ -357,8 +359,8 @@ constexpr const char* kDataLayer = R"(
 const std::string kInlineBlobs = std::string(kInput) + R"(
   layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
           inner_product_param { num_output: 2 } blobs { shape { dim: 2 dim: 64 } } })";
-constexpr const char* kDataType = R"(
-  layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN } })";
+constexpr const char* kImageDataType = R"(
+  layer { name: "images" type: "ImageData" top: "data" top: "label" include { phase: TRAIN } })";
 
 INSTANTIATE_TEST_SUITE_P(
     Fields, CaffeUnsupported,
@@ -366,9 +368,10 @@ INSTANTIATE_TEST_SUITE_P(
         Unsupported{"convolution_param axis", kConvAxis.c_str(), "axis"},
         Unsupported{"a parameter message the layer does not read", kWrongParamMessage.c_str(),
                     "pooling_param"},
-        Unsupported{"Caffe's Data layer (data_param)", kDataLayer, "'Data'"},
+        Unsupported{"Caffe's Data layer without its database", kDataLayer,
+                    "layer 'mnist' (Data): LMDB database 'examples/mnist/mnist_train_lmdb'"},
         Unsupported{"blobs in the net file", kInlineBlobs.c_str(), "carries 1 blobs"},
-        Unsupported{"Caffe's Data layer type", kDataType, "'Data'"}),
+        Unsupported{"Caffe's ImageData layer type", kImageDataType, "'ImageData'"}),
     [](const ::testing::TestParamInfo<Unsupported>& info) {
       std::string name;
       for (const char* c = info.param.what; *c; ++c)
@@ -385,11 +388,12 @@ TEST(CaffeEngine, IsAcceptedOnConvolutionAndPooling) {
   }
 }
 
-TEST(CaffeUnsupportedField, DataLayerTypeErrorListsMnistData) {
+TEST(CaffeUnsupportedField, AnUnknownDataLayerTypeErrorListsTheDataLayers) {
   const std::string message = error_of([] {
-    Net net(parse_net_parameter(kDataType, "caffe.prototxt"), TRAIN, native(), 1);
+    Net net(parse_net_parameter(kImageDataType, "caffe.prototxt"), TRAIN, native(), 1);
   });
-  EXPECT_THAT(message, AllOf(HasSubstr("'Data'"), HasSubstr("MnistData")));
+  EXPECT_THAT(message, AllOf(HasSubstr("'ImageData'"), HasSubstr("MnistData"),
+                             HasSubstr("HDF5Data")));
 }
 
 }  // namespace
