@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "lamina/common.hpp"
+#include "lamina/upgrade_v1.hpp"
 
 namespace lamina {
 
@@ -34,6 +35,7 @@ Precision parse_precision(const std::string& text, const std::string& option) {
 }
 
 void set_default_precision(NetParameter& net, Precision p) {
+  if (net.layers_size() > 0) net = upgrade_v1_net(net, "net");  // V1 layers take it too
   for (LayerParameter& layer : *net.mutable_layer())
     if (!layer.has_precision()) layer.set_precision(p);
 }
