@@ -315,8 +315,11 @@ NetParameter lenet_with(const std::string& data_layer) {
   const size_t begin = text.find("layer {");
   const size_t end = text.find("layer {", begin + 1);
   text = text.substr(0, begin) + data_layer + "\n" + text.substr(end);
-  for (size_t at; (at = text.find("\"data/mnist/")) != std::string::npos;)
-    text.replace(at, 12, "\"" + testing::mnist_dir() + "/");
+  // From after each replacement: the directory may itself be "data/mnist".
+  const std::string dir = "\"" + testing::mnist_dir() + "/";
+  for (size_t at = 0; (at = text.find("\"data/mnist/", at)) != std::string::npos;
+       at += dir.size())
+    text.replace(at, 12, dir);
   return parse_net_parameter(text, "lenet");
 }
 

@@ -130,10 +130,11 @@ const std::vector<InPlaceCase>& cases() {
 }
 
 // Types that take no bottom, so that no top can be one: the net refuses a bottom.
-const std::set<std::string> kNoBottoms = {"Input", "MnistData"};
+const std::set<std::string> kNoBottoms = {"Input",      "MnistData",  "Data",
+                                          "DummyData",  "MemoryData", "HDF5Data"};
 // Types for which in place cannot arise either: Parameter has no bottom (its own test is in
-// test_shape_layers.cpp), Silence no top.
-const std::set<std::string> kNeverInPlace = {"Parameter", "Silence"};
+// test_shape_layers.cpp), Silence and HDF5Output no top.
+const std::set<std::string> kNeverInPlace = {"Parameter", "Silence", "HDF5Output"};
 
 // Two Inputs, and a learnable Scale in front of each data blob, so that x, x2 and rows get
 // gradients: x, x2 (2, 3, 4, 4), rows (2, 4), label (2) with values 1 and 3, target (2, 1);
