@@ -153,20 +153,37 @@ TEST_F(CaffeWeights, CaffeModelLoadsEveryBlobIntoItsParameter) {
   EXPECT_FALSE(weights_file_is_lamina(path));
 }
 
-TEST_F(CaffeWeights, ShapesMatchWhenTheirDimensionsOtherThanOneAgree) {
-  EXPECT_TRUE(caffe_shapes_match({5, 8}, {1, 1, 5, 8}));
-  EXPECT_TRUE(caffe_shapes_match({5}, {1, 1, 1, 5}));
-  EXPECT_TRUE(caffe_shapes_match({1}, {}));
-  EXPECT_TRUE(caffe_shapes_match({2, 3, 3, 3}, {2, 3, 3, 3}));
-  EXPECT_FALSE(caffe_shapes_match({5, 8}, {8, 5}));
-  EXPECT_FALSE(caffe_shapes_match({5, 8}, {1, 1, 5, 4}));
-  EXPECT_FALSE(caffe_shapes_match({2}, {}));
-  BlobProto legacy;
-  legacy.set_num(1);
-  legacy.set_channels(1);
-  legacy.set_height(5);
-  legacy.set_width(8);
-  EXPECT_EQ(blob_shape(legacy), (Shape{1, 1, 5, 8}));
+BlobProto shaped(const Shape& shape) {
+  BlobProto blob;
+  for (int64_t d : shape) blob.mutable_shape()->add_dim(d);
+  return blob;
+}
+
+BlobProto legacy(int n, int c, int h, int w) {
+  BlobProto blob;
+  blob.set_num(n);
+  blob.set_channels(c);
+  blob.set_height(h);
+  blob.set_width(w);
+  return blob;
+}
+
+// Caffe's Blob::ShapeEquals: exact, except the old 4-D form, padded with 1s in front.
+TEST_F(CaffeWeights, ShapesMatchAsCaffeComparesThem) {
+  EXPECT_TRUE(caffe_shapes_match({2, 3, 3, 3}, shaped({2, 3, 3, 3})));
+  EXPECT_TRUE(caffe_shapes_match({1}, shaped({})));  // PReLU's shared slope
+  EXPECT_FALSE(caffe_shapes_match({2}, shaped({})));
+  EXPECT_FALSE(caffe_shapes_match({5, 8}, shaped({8, 5})));
+  EXPECT_FALSE(caffe_shapes_match({5, 8}, shaped({1, 1, 5, 8})));  // N-D: exact
+  // A kernel of 5 channels and width 1 is not one of 1 channel and 5 x 5.
+  EXPECT_FALSE(caffe_shapes_match({20, 1, 5, 5}, shaped({20, 5, 1, 5})));
+  EXPECT_FALSE(caffe_shapes_match({20, 1, 5, 5}, legacy(20, 5, 1, 5)));
+  EXPECT_TRUE(caffe_shapes_match({5, 8}, legacy(1, 1, 5, 8)));
+  EXPECT_TRUE(caffe_shapes_match({5}, legacy(1, 1, 1, 5)));
+  EXPECT_TRUE(caffe_shapes_match({20, 1, 5, 5}, legacy(20, 1, 5, 5)));
+  EXPECT_FALSE(caffe_shapes_match({5, 8}, legacy(1, 1, 5, 4)));
+  EXPECT_FALSE(caffe_shapes_match({1, 1, 1, 5, 8}, legacy(1, 1, 5, 8)));  // more than 4 axes
+  EXPECT_EQ(blob_shape(legacy(1, 1, 5, 8)), (Shape{1, 1, 5, 8}));
 }
 
 TEST_F(CaffeWeights, FineTuningKeepsTheFillersOfLayersTheFileLacks) {

@@ -14,8 +14,9 @@
 // net's by name (the k-th file layer of a name to the k-th net layer of it: with unique
 // names, by name), a file layer the net does not have is skipped (logged), and a matched
 // layer must have as many blobs as the net's layer has parameters, each of the parameter's
-// shape. Shapes agree when their dimensions other than 1 agree in order: Caffe's old 4-D
-// (1, 1, N, K) is the net's (N, K), and PReLU's shared () is (1). Everything is checked
+// shape, compared as Caffe's Blob::ShapeEquals does: exactly, except that a blob in the old
+// num/channels/height/width form is the parameter's shape padded with 1s in front ((1, 1,
+// N, K) is the net's (N, K)), and PReLU's shared () is (1). Everything is checked
 // before the net's weights change: an error leaves them untouched. Errors name the file.
 #pragma once
 
@@ -41,8 +42,8 @@ NetParameter read_caffemodel(const std::string& path);
 
 // A blob's shape: its shape, or (num, channels, height, width) when it gives those.
 Shape blob_shape(const BlobProto& blob);
-// Whether a file's blob shape fits a parameter's (see above).
-bool caffe_shapes_match(const Shape& param, const Shape& blob);
+// Whether a file's blob fits a parameter's shape (see above).
+bool caffe_shapes_match(const Shape& param, const BlobProto& blob);
 
 // Loads model's blobs (read from path) into net's weights. match: kFineTune as Caffe (the
 // net's layers the file lacks keep their fillers); kRequireAll: every layer of the net with

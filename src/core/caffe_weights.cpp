@@ -79,13 +79,17 @@ Shape blob_shape(const BlobProto& blob) {
   return Shape(blob.shape().dim().begin(), blob.shape().dim().end());
 }
 
-bool caffe_shapes_match(const Shape& param, const Shape& blob) {
-  Shape a, b;
-  for (int64_t d : param)
-    if (d != 1) a.push_back(d);
-  for (int64_t d : blob)
-    if (d != 1) b.push_back(d);
-  return a == b;
+bool caffe_shapes_match(const Shape& param, const BlobProto& blob) {
+  const Shape shape = blob_shape(blob);
+  const bool legacy = blob.has_num() || blob.has_channels() || blob.has_height() ||
+                      blob.has_width();
+  if (legacy) {  // Caffe's 4-D form counts axes from the end: (1, 1, N, K) is (N, K)
+    if (param.size() > 4) return false;
+    Shape padded(4 - param.size(), 1);
+    padded.insert(padded.end(), param.begin(), param.end());
+    return padded == shape;
+  }
+  return shape == param || (shape.empty() && param == Shape{1});  // PReLU's shared ()
 }
 
 NetParameter parse_caffemodel(const std::string& bytes, const std::string& source) {
@@ -167,7 +171,7 @@ WeightsLoadReport load_caffe_weights(Net& net, const NetParameter& model,
     for (int j = 0; j < source.blobs_size(); ++j) {
       const BlobProto& blob = source.blobs(j);
       const ParamInfo& info = *params[i][j];
-      LAMINA_REQUIRE(caffe_shapes_match(info.shape, blob_shape(blob)), where, "blob ", j,
+      LAMINA_REQUIRE(caffe_shapes_match(info.shape, blob), where, "blob ", j,
                      " has shape ", shape_string(blob_shape(blob)), " in the file but its "
                      "parameter '", info.name, "' has shape ", shape_string(info.shape),
                      " in the net", match == WeightsMatch::kFineTune

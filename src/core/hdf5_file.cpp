@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "lamina/file_access.hpp"
+#include "lamina/host_memory.hpp"
 
 namespace lamina {
 namespace {
@@ -84,8 +85,15 @@ Hdf5Array read_dataset(const std::string& context, const std::string& where, hid
   std::vector<hsize_t> dims(rank);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   Hdf5Array array;
-  for (hsize_t d : dims) array.dims.push_back(int64_t(d));
-  array.values.resize(shape_count(array.dims));
+  uint64_t count = 1;
+  for (hsize_t d : dims) {
+    LAMINA_REQUIRE(d == 0 || count <= (uint64_t{1} << 40) / d, context, where, "dataset '",
+                   name, "' is too large to read (more than 2^40 values)");
+    count *= d;
+    array.dims.push_back(int64_t(d));
+  }
+  require_host_memory(4 * count, context + where + "dataset '" + name + "' as floats");
+  array.values.resize(size_t(count));
   if (array.values.empty()) return array;
   LAMINA_REQUIRE(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                          array.values.data()) >= 0,

@@ -35,8 +35,12 @@ class Env {
  public:
   Env(const std::string& path, unsigned flags, size_t map_bytes) : path_(path) {
     check(mdb_env_create(&env_), path, "mdb_env_create");
-    if (map_bytes > 0) check(mdb_env_set_mapsize(env_, map_bytes), path, "mdb_env_set_mapsize");
-    const int rc = mdb_env_open(env_, path.c_str(), flags, 0664);
+    int rc = map_bytes > 0 ? mdb_env_set_mapsize(env_, map_bytes) : MDB_SUCCESS;
+    if (rc != MDB_SUCCESS) {
+      mdb_env_close(env_);
+      check(rc, path, "mdb_env_set_mapsize");
+    }
+    rc = mdb_env_open(env_, path.c_str(), flags, 0664);
     if (rc != MDB_SUCCESS) {
       mdb_env_close(env_);
       check(rc, path, "opening");
@@ -64,7 +68,13 @@ class LmdbCursor final : public DbCursor {
       mdb_txn_abort(txn_);
       check(rc, path_, "opening a cursor");
     }
-    seek_to_first();
+    try {
+      seek_to_first();
+    } catch (...) {  // a corrupt database: the destructor will not run
+      mdb_cursor_close(cursor_);
+      mdb_txn_abort(txn_);
+      throw;
+    }
   }
   ~LmdbCursor() override {
     mdb_cursor_close(cursor_);

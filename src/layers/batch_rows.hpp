@@ -72,6 +72,8 @@ class BatchRows {
   int64_t position() const {
     return (first_ + counter_.passes() % samples_ * (batch_ % samples_)) % samples_;
   }
+  // Pass 0's first sample: an argument of the operations, which recordings keep.
+  int64_t first() const { return first_; }
   // The next pass starts at sample first; the counter restarts.
   void restart(int64_t first) {
     first_ = first;

@@ -66,6 +66,7 @@ class DataLayer final : public Layer {
     const DbKind kind = p.backend() == DataParameter::LMDB ? DbKind::kLmdb : DbKind::kLevelDb;
     source_ = where() + db_name(p.source(), kind);
     prefetcher_.reset();
+    cursor_.reset();  // its transaction or iterator belongs to the database it replaces
     db_ = open_db(p.source(), kind);
     records_ = db_->count();
     LAMINA_REQUIRE(records_ > 0, source_, ": the database holds no records");

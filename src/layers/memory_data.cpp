@@ -61,6 +61,8 @@ class MemoryDataLayer final : public Layer, public MemoryData {
     }
     backend_.copy_from_host(data_.bytes(), data, data_.get());
     backend_.copy_from_host(labels_.bytes(), labels, labels_.get());
+    // A recording took the first row as an argument: from another one, it must not replay.
+    if (rows_.first() != 0) replaced_after_recording_ = recorded_;
     rows_.restart(0);
   }
 
