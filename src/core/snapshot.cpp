@@ -155,23 +155,24 @@ size_t element_size(SnapshotRecord::Type type) {
   return 0;
 }
 
-// A hint for errno `error` from creating or writing a snapshot file; "" when none helps.
+// A hint for errno `error` from creating or writing a file atomically (snapshots, weights,
+// a mean image; the path of a snapshot is snapshot_prefix's); "" when none helps.
 std::string errno_hint(int error) {
   switch (error) {
     case ENOSPC:
-    case EDQUOT: return " (the disk is full: free space or point snapshot_prefix elsewhere)";
+    case EDQUOT: return " (the disk is full: free space or write elsewhere (snapshot_prefix))";
     case EFBIG: return " (the file-size limit (ulimit -f) was reached: raise it)";
-    case ENOENT: return " (the directory does not exist: create it or change snapshot_prefix)";
-    case ENOTDIR: return " (a part of the path is a file, not a directory: change snapshot_prefix)";
-    case EISDIR: return " (a directory has this name: move it or change snapshot_prefix)";
+    case ENOENT: return " (the directory does not exist: create it or change the path)";
+    case ENOTDIR: return " (a part of the path is a file, not a directory: change the path)";
+    case EISDIR: return " (a directory has this name: move it or change the path)";
     case ELOOP:
       return " (symbolic links on the path form a loop: `readlink -f` shows where they lead)";
     case ENAMETOOLONG:
       return " (the path is too long: at most 4095 bytes in all and 255 in each name between "
-             "slashes, counting the suffix Lamina adds; shorten snapshot_prefix)";
+             "slashes, counting the suffix Lamina adds; shorten the path)";
     case EACCES:
     case EPERM:
-    case EROFS: return " (the directory is not writable: change its permissions or snapshot_prefix)";
+    case EROFS: return " (the directory is not writable: change its permissions or the path)";
     default: return "";
   }
 }

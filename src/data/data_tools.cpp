@@ -1,15 +1,13 @@
 // Caffe's convert_mnist_data and compute_image_mean (data_tools.hpp).
 #include "lamina/data_tools.hpp"
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <memory>
 #include <vector>
 
 #include "lamina/datum.hpp"
 #include "lamina/idx.hpp"
+#include "lamina/snapshot.hpp"
 
 namespace lamina {
 namespace {
@@ -86,10 +84,11 @@ BlobProto compute_image_mean(const std::string& db_path, DbKind kind) {
   return mean;
 }
 
+// Written whole or not at all, as weights are (write_file_atomically's errors name the path).
 void write_blob_proto(const BlobProto& blob, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  LAMINA_REQUIRE(out && blob.SerializeToOstream(&out) && out.flush(), "cannot write '", path,
-                 "': ", std::strerror(errno));
+  std::string bytes;
+  LAMINA_REQUIRE(blob.SerializeToString(&bytes), "cannot encode the BlobProto for '", path, "'");
+  write_file_atomically(path, bytes);
 }
 
 }  // namespace lamina
