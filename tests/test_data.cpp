@@ -49,17 +49,6 @@ void write_idx(const std::string& path, uint32_t magic, const std::vector<uint32
   }
 }
 
-// Native, counting every copy_from_host (Native itself counts none: it has no device).
-class CountingBackend final : public testing::ForwardingBackend {
- public:
-  int64_t uploads = 0;
-  std::string name() const override { return "counting-native"; }
-  void copy_from_host(size_t bytes, const void* src, void* dst) override {
-    ++uploads;
-    inner_.copy_from_host(bytes, src, dst);
-  }
-};
-
 class DataTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -260,11 +249,11 @@ TEST_F(DataTest, MnistDataBadParameters) {
 TEST_F(DataTest, MnistDataInOrderScaledAndWrapping) {
   const int num = 5, rows = 2, cols = 3, batch = 3;
   write_set(num, rows, cols);
-  CountingBackend counting;
+  testing::CountingBackend counting;
   Tensor data(counting, {1}), label(counting, {1});
   auto layer = make_layer(mnist_text(batch, false, 0.5f), 1, &counting);
   layer->setup({}, {&data, &label});
-  const int64_t uploads = counting.uploads;
+  const int64_t uploads = counting.transfers().from_host;
   EXPECT_EQ(data.shape(), (Shape{batch, 1, rows, cols}));
   EXPECT_EQ(label.shape(), (Shape{batch}));
   int next = 0;  // samples 0 1 2 | 3 4 0 | 1 2 3 | 4 0 1
@@ -278,7 +267,7 @@ TEST_F(DataTest, MnistDataInOrderScaledAndWrapping) {
     }
     EXPECT_EQ(data.copy_data_to_host(), want_data) << "iteration " << iter;
     EXPECT_EQ(label.copy_data_to_host(), want_label) << "iteration " << iter;
-  }  EXPECT_EQ(counting.uploads, uploads) << "a forward copied from the host";
+  }  EXPECT_EQ(counting.transfers().from_host, uploads) << "a forward copied from the host";
 }
 
 // The sample indices of each batch of iters forwards; sample i is recognised by its first
@@ -307,14 +296,14 @@ std::vector<std::vector<int>> shuffled_batches(Layer& layer, Tensor& data, Tenso
 TEST_F(DataTest, MnistDataShuffleVisitsDistinctSamplesAndUploadsOncePerEpoch) {
   const int num = 10, batch = 3;  // 3 full batches per epoch, the 10th sample dropped
   write_set(num, 2, 2);
-  CountingBackend counting;
+  testing::CountingBackend counting;
   Tensor data(counting, {1}), label(counting, {1});
   auto layer = make_layer(mnist_text(batch, true), 42, &counting);
   layer->setup({}, {&data, &label});
   for (int epoch = 0; epoch < 3; ++epoch) {
-    const int64_t before = counting.uploads;
+    const int64_t before = counting.transfers().from_host;
     auto batches = shuffled_batches(*layer, data, label, 3, num);
-    EXPECT_EQ(counting.uploads - before, 1)
+    EXPECT_EQ(counting.transfers().from_host - before, 1)
         << "epoch " << epoch << ": the permutation is uploaded once per epoch, at its start";
     std::set<int> seen;
     for (auto& b : batches) seen.insert(b.begin(), b.end());

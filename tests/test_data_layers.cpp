@@ -284,17 +284,6 @@ TEST_P(DataLayerTest, MemoryDataTakesBatchesInOrderAndWrapsAround) {
   EXPECT_EQ(memory_batch(*t[0], *t[1]), (std::vector<int>{0, 1}));
 }
 
-// Native, counting every copy from the host.
-class CountingBackend final : public ForwardingBackend {
- public:
-  int64_t uploads = 0;
-  std::string name() const override { return "counting-native"; }
-  void copy_from_host(size_t bytes, const void* src, void* dst) override {
-    ++uploads;
-    inner_.copy_from_host(bytes, src, dst);
-  }
-};
-
 TEST(MemoryDataResidency, ForwardPassesCopyNothingFromTheHost) {
   CountingBackend counting;
   LayerParameter param;
@@ -305,9 +294,9 @@ TEST(MemoryDataResidency, ForwardPassesCopyNothingFromTheHost) {
   std::vector<float> x, y;
   memory_examples(4, x, y);
   dynamic_cast<MemoryData&>(*layer).reset(x.data(), y.data(), 4);
-  const int64_t uploads = counting.uploads;
+  const int64_t uploads = counting.transfers().from_host;
   for (int pass = 0; pass < 3; ++pass) layer->forward({}, {&data, &label});
-  EXPECT_EQ(counting.uploads, uploads) << "a forward pass copied from the host";
+  EXPECT_EQ(counting.transfers().from_host, uploads) << "a forward pass copied from the host";
   EXPECT_EQ(memory_batch(data, label), (std::vector<int>{0, 1}));
 }
 
@@ -500,9 +489,9 @@ TEST(Hdf5DataResidency, OneFileInOrderCopiesNothingPerPass) {
   auto layer = LayerRegistry::create(param, LayerContext{counting, TRAIN, 1});
   Tensor data(counting, {1}), label(counting, {1});
   layer->setup({}, {&data, &label});
-  const int64_t uploads = counting.uploads;
+  const int64_t uploads = counting.transfers().from_host;
   for (int pass = 0; pass < 3; ++pass) layer->forward({}, {&data, &label});
-  EXPECT_EQ(counting.uploads, uploads) << "a forward pass copied from the host";
+  EXPECT_EQ(counting.transfers().from_host, uploads) << "a forward pass copied from the host";
   EXPECT_EQ(h5_batch(data, label), (std::vector<int>{2, 3, 0}));
   std::filesystem::remove_all(dir);
 }
