@@ -2,19 +2,18 @@
 // written once for the Native backend's loops (native/conv_ops.cpp) and the CUDA kernels
 // (cuda/pooling_kernels.cu), so that the two choose the same elements and give the same bits.
 // x, dx planes (h, w); y, dy, mask planes (out_h, out_w); an element's index is ih * w + iw.
+// std::min and std::max are constexpr, so device code calls them (--expt-relaxed-constexpr).
 // Sums are in double, in row-major order; squares of floats are exact there, so a fused
 // multiply-add (which nvcc makes) rounds them as a product and a sum do.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "lamina/backend.hpp"
 #include "lamina/host_device.hpp"
 
 namespace lamina::pool_windows {
-
-LAMINA_HOST_DEVICE inline int64_t lesser(int64_t a, int64_t b) { return a < b ? a : b; }
-LAMINA_HOST_DEVICE inline int64_t greater(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // The window of output (oh, ow): rows [h0, h1) and columns [w0, w1) clipped to the input
 // (empty when it starts past the input), and size, its area clipped to the padded input
@@ -25,9 +24,10 @@ struct Window {
 
 LAMINA_HOST_DEVICE inline Window pool_window(const PoolGeometry& g, int64_t oh, int64_t ow) {
   const int64_t top = oh * g.stride_h - g.pad_h, left = ow * g.stride_w - g.pad_w;
-  const int64_t bottom = lesser(top + g.kh, g.h + g.pad_h);
-  const int64_t right = lesser(left + g.kw, g.w + g.pad_w);
-  return {greater(top, 0), lesser(bottom, g.h), greater(left, 0), lesser(right, g.w),
+  const int64_t bottom = std::min<int64_t>(top + g.kh, g.h + g.pad_h);
+  const int64_t right = std::min<int64_t>(left + g.kw, g.w + g.pad_w);
+  return {std::max<int64_t>(top, 0), std::min<int64_t>(bottom, g.h),
+          std::max<int64_t>(left, 0), std::min<int64_t>(right, g.w),
           (bottom - top) * (right - left)};
 }
 
@@ -39,7 +39,7 @@ struct Covering {
 LAMINA_HOST_DEVICE inline Covering covering(int64_t pos, int64_t pad, int64_t kernel,
                                             int64_t stride, int64_t out) {
   const int64_t p = pos + pad;
-  return {p < kernel ? 0 : (p - kernel) / stride + 1, lesser(p / stride + 1, out)};
+  return {p < kernel ? 0 : (p - kernel) / stride + 1, std::min<int64_t>(p / stride + 1, out)};
 }
 
 // Training: the element window `win` of plane xp takes for the uniform u, the first one in
@@ -83,6 +83,22 @@ LAMINA_HOST_DEVICE inline WindowSums window_sums(const PoolGeometry& g, const Wi
 // Testing's output: sum x^2 / sum x, 0 where the sum is 0.
 LAMINA_HOST_DEVICE inline double weighted_mean(const WindowSums& s) {
   return s.values != 0 ? s.squares / s.values : 0.0;
+}
+
+// Training's output o = oh * out_w + ow of plane xp for the uniform u: y = the chosen
+// element (0 where none is), mask = its index (-1 where none is).
+LAMINA_HOST_DEVICE inline void stochastic_output(const PoolGeometry& g, const float* xp,
+                                                 int64_t o, float u, float* y, int32_t* mask) {
+  const int64_t chosen = stochastic_choice(g, pool_window(g, o / g.out_w, o % g.out_w), xp, u);
+  *y = chosen < 0 ? 0.0f : xp[chosen];
+  *mask = static_cast<int32_t>(chosen);
+}
+
+// Testing's output o = oh * out_w + ow of plane xp.
+LAMINA_HOST_DEVICE inline float weighted_output(const PoolGeometry& g, const float* xp,
+                                                int64_t o) {
+  return static_cast<float>(
+      weighted_mean(window_sums(g, pool_window(g, o / g.out_w, o % g.out_w), xp)));
 }
 
 // Testing's gradient at x (ih, iw) of plane xp, dy plane dyp: over the windows holding it,

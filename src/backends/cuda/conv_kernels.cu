@@ -128,13 +128,12 @@ namespace {
 template <size_t N>
 std::array<float*, N> widened_arrays(CudaContext& context, const ConvGeometry& g,
                                      const std::array<int64_t, N>& counts) {
-  const auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
-  size_t offsets[N + 1];
-  offsets[0] = aligned(sizeof(float) * im2col_dims(g).col_floats);
-  for (size_t i = 0; i < N; ++i) offsets[i + 1] = offsets[i] + aligned(sizeof(float) * counts[i]);
-  char* base = static_cast<char*>(context.workspace(offsets[N]));
+  std::array<size_t, N + 1> bytes;
+  bytes[0] = sizeof(float) * im2col_dims(g).col_floats;
+  for (size_t i = 0; i < N; ++i) bytes[i + 1] = sizeof(float) * counts[i];
+  const std::array<char*, N + 1> pieces = context.workspace_pieces(bytes);
   std::array<float*, N> arrays;
-  for (size_t i = 0; i < N; ++i) arrays[i] = reinterpret_cast<float*>(base + offsets[i]);
+  for (size_t i = 0; i < N; ++i) arrays[i] = reinterpret_cast<float*>(pieces[i + 1]);
   return arrays;
 }
 

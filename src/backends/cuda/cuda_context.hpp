@@ -110,6 +110,17 @@ class CudaContext {
   // lane. Operations on a stream use it one after another, so one buffer serves them all; it
   // grows, never shrinks.
   void* workspace(size_t bytes);
+  // The workspace cut into pieces of the given sizes, in order, each at a 256-byte boundary
+  // (the first at its start).
+  template <size_t N>
+  std::array<char*, N> workspace_pieces(const std::array<size_t, N>& bytes) {
+    size_t offsets[N + 1] = {0};
+    for (size_t i = 0; i < N; ++i) offsets[i + 1] = offsets[i] + (bytes[i] + 255) / 256 * 256;
+    char* base = static_cast<char*>(workspace(offsets[N]));
+    std::array<char*, N> pieces;
+    for (size_t i = 0; i < N; ++i) pieces[i] = base + offsets[i];
+    return pieces;
+  }
   size_t workspace_bytes() const { return lane().workspace_bytes; }
   // Whether p points into the lane's workspace (an operand that the next workspace() call's
   // user would overwrite).

@@ -163,12 +163,8 @@ __global__ void stochastic_pool_forward_kernel(PoolGeometry g, uint64_t seed, ui
   const int64_t out_plane = g.out_h * g.out_w;
   LAMINA_GRID_STRIDE_LOOP(i, g.n * g.c * out_plane) {
     const int64_t plane = i / out_plane, o = i - plane * out_plane;
-    const int64_t oh = o / g.out_w, ow = o - oh * g.out_w;
-    const float* xp = x + plane * g.h * g.w;
     const float u = counter_uniform(seed, first + static_cast<uint64_t>(i));
-    const int64_t chosen = pool_windows::stochastic_choice(g, pool_window(g, oh, ow), xp, u);
-    y[i] = chosen < 0 ? 0.0f : xp[chosen];
-    mask[i] = static_cast<int32_t>(chosen);
+    pool_windows::stochastic_output(g, x + plane * g.h * g.w, o, u, y + i, mask + i);
   }
   finish_pass(counter);
 }
@@ -177,10 +173,7 @@ __global__ void stochastic_pool_test_kernel(PoolGeometry g, const float* x, floa
   const int64_t out_plane = g.out_h * g.out_w;
   LAMINA_GRID_STRIDE_LOOP(i, g.n * g.c * out_plane) {
     const int64_t plane = i / out_plane, o = i - plane * out_plane;
-    const int64_t oh = o / g.out_w, ow = o - oh * g.out_w;
-    const pool_windows::WindowSums sums =
-        pool_windows::window_sums(g, pool_window(g, oh, ow), x + plane * g.h * g.w);
-    y[i] = static_cast<float>(pool_windows::weighted_mean(sums));
+    y[i] = pool_windows::weighted_output(g, x + plane * g.h * g.w, o);
   }
 }
 

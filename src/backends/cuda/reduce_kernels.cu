@@ -37,6 +37,9 @@ using tensor_ops::reduce_term;
 // classes at each pixel, 21 of 256 busy).
 constexpr int64_t kManyOutputs = int64_t{1} << 16;
 constexpr int64_t kLongAxis = kBlock;
+bool thread_per_output(int64_t outputs, int64_t axis) {
+  return outputs >= kManyOutputs || axis < kLongAxis;
+}
 // reduce_middle with few outputs splits the middle axis into pieces until about
 // kTargetBlocks blocks run, keeping at least kMinTerms terms per thread.
 constexpr int64_t kTargetBlocks = 1024;
@@ -74,7 +77,7 @@ ReducePieces reduce_pieces(int64_t outer, int64_t mid, int64_t inner) {
   while (r.cw < inner && r.cw < 32) r.cw *= 2;
   r.tiles = (inner + r.cw - 1) / r.cw;
   const int64_t slices = kBlock / r.cw, groups = outer * r.tiles;
-  if (groups < kTargetBlocks && mid > 0) {
+  if (groups < kTargetBlocks) {  // mid >= kLongAxis here
     const int64_t wanted = (kTargetBlocks + groups - 1) / groups;
     const int64_t most = (mid + slices * kMinTerms - 1) / (slices * kMinTerms);
     r.pieces = std::max<int64_t>(1, std::min(wanted, most));
@@ -133,7 +136,7 @@ __global__ void reduce_pieces_finish_kernel(ReducePieces r, float coeff,
 template <ReduceOp Op>
 void launch_reduce_middle(cudaStream_t s, CudaContext& context, int64_t outer, int64_t mid,
                           int64_t inner, float coeff, const float* x, float* y) {
-  if (outer * inner >= kManyOutputs || mid < kLongAxis) {
+  if (thread_per_output(outer * inner, mid)) {
     reduce_middle_kernel<Op><<<elementwise_grid(outer * inner), kBlock, 0, s>>>(
         outer, mid, inner, coeff, x, y);
     LAMINA_CUDA_LAUNCHED(reduce_middle_kernel);
@@ -268,7 +271,7 @@ void CudaBackend::argmax(int64_t outer, int64_t channels, int64_t inner, int64_t
   const int64_t n = outer * inner;
   if (n <= 0 || top_k <= 0) return;
   const cudaStream_t s = on_device();
-  if (n >= kManyOutputs || channels < kLongAxis) {
+  if (thread_per_output(n, channels)) {
     argmax_kernel<<<elementwise_grid(n), kBlock, 0, s>>>(outer, channels, inner, top_k, x,
                                                          index, value);
     LAMINA_CUDA_LAUNCHED(argmax_kernel);

@@ -5,19 +5,19 @@
 // Each result is the Native backend's (tensor_ops.cpp), bit for bit. scatter_add_rows adds
 // every destination row's sources in order of r with no atomics: the pairs (destination
 // row, r) are sorted by row with CUB's radix sort, which is stable (so each row's sources
-// stay in order of r), CUB's selection lists where each row's run of sources starts, and
-// one thread per (run, column) adds the run's values in order. That is O(rows) work for the
-// sort (a pass per radix digit of the row numbers) and O(rows cols) for the adds, parallel over
-// the destination rows named and the columns; a row named by many picks is one thread's
-// chain of adds per column, as Native's order requires. Its arrays and CUB's temporary
-// storage are the context's workspace, which a call grows to what its shape needs: the
-// warm-up pass before a step is captured does, and a capture that would grow it fails.
-// Up to kFewRows rows (not worth the sort's launches), and past the sort's 32-bit keys,
-// one thread per column adds all the rows in order instead. An index that names no row is never used as one: gather_rows writes NaN to
-// its row, scatter_add_rows skips it.
+// stay in order of r), and one thread per (sorted position, column) that starts a row's run
+// adds the run's values in order. That is O(rows) work for the sort (a pass per radix digit
+// of the row numbers) and O(rows cols) for the adds, parallel over the destination rows
+// named and the columns; a row named by many picks is one thread's chain of adds per
+// column, as Native's order requires. Its arrays and CUB's temporary storage are the
+// context's workspace, which a call grows to what its shape needs: the warm-up pass before
+// a step is captured does, and a capture that would grow it fails. Up to kFewRows rows (not
+// worth the sort's launches), and past the sort's 32-bit keys, one thread per column adds
+// all the rows in order instead. An index that names no row is never used as one:
+// gather_rows writes NaN to its row, scatter_add_rows skips it.
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_select.cuh>
 
+#include <array>
 #include <cstdint>
 
 #include "backends/cuda/cuda_backend.hpp"
@@ -86,65 +86,46 @@ __global__ void scatter_keys_kernel(int64_t rows, const float* index, int64_t ds
   }
 }
 
-// Whether sorted position p starts a run of equal keys (one destination row's sources).
-struct StartsRun {
-  const uint32_t* sorted_keys;
-  __device__ bool operator()(uint32_t p) const {
-    return p == 0 || sorted_keys[p] != sorted_keys[p - 1];
-  }
-};
-
-// One thread per (run s < *runs, column j): the run of sorted positions [starts[s], the
-// next start or rows) adds its source rows (sources[p], in increasing r: the sort is
-// stable) to dst row sorted_keys[start], in a register; the run of dst_rows (indices that
-// name no row) is skipped.
+// One thread per (sorted position p, column j); the thread of a run's first position adds
+// the run's source rows (sources[p'], in increasing r: the sort is stable) to dst row
+// sorted_keys[p], in a register; the run of dst_rows (indices that name no row) is skipped.
 __global__ void scatter_add_runs_kernel(int64_t rows, int64_t cols, int64_t dst_rows,
                                         const uint32_t* sorted_keys, const uint32_t* sources,
-                                        const uint32_t* starts, const int64_t* runs,
                                         const float* src, float* dst) {
-  const int64_t n = *runs;
-  LAMINA_GRID_STRIDE_LOOP(e, n * cols) {
-    const int64_t s = e / cols, j = e - s * cols;
-    const int64_t begin = starts[s], end = s + 1 < n ? int64_t{starts[s + 1]} : rows;
-    const int64_t to = sorted_keys[begin];
-    if (to == dst_rows) continue;
-    float acc = dst[to * cols + j];
-    for (int64_t p = begin; p < end; ++p) acc += src[int64_t{sources[p]} * cols + j];
-    dst[to * cols + j] = acc;
+  LAMINA_GRID_STRIDE_LOOP(e, rows * cols) {
+    const int64_t p = e / cols, j = e - p * cols;
+    const uint32_t to = sorted_keys[p];
+    if ((p > 0 && sorted_keys[p - 1] == to) || to == dst_rows) continue;
+    float acc = dst[int64_t{to} * cols + j];
+    for (int64_t q = p; q < rows && sorted_keys[q] == to; ++q)
+      acc += src[int64_t{sources[q]} * cols + j];
+    dst[int64_t{to} * cols + j] = acc;
   }
 }
 
-// The context's workspace laid out for the sort of `rows` keys below end_bit: five arrays
-// of rows entries and the run count at 256-byte boundaries, then CUB's temporary storage
-// (the larger of the sort's and the selection's; CUB computes the sizes on the host when
+// The context's workspace laid out for the sort of `rows` keys below end_bit: four arrays
+// of rows entries, then CUB's temporary storage (CUB computes its size on the host when
 // given no storage).
 struct ScatterArrays {
   uint32_t* keys;         // (rows) scatter_keys_kernel's
-  uint32_t* positions;    // (rows) 0 .. rows - 1: the sort's values, the selection's input
+  uint32_t* positions;    // (rows) 0 .. rows - 1: the sort's values
   uint32_t* sorted_keys;  // (rows) the keys in increasing order, equal keys in order of r
   uint32_t* sources;      // (rows) the r of each sorted key
-  uint32_t* starts;       // (rows) the sorted position where each run starts, runs of them
-  int64_t* runs;          // (1) how many runs
   void* temp;
   size_t temp_bytes;
 };
 
 ScatterArrays scatter_arrays(CudaContext& context, int rows, int end_bit) {
-  size_t sort_bytes = 0, select_bytes = 0;
+  size_t temp_bytes = 0;
   const uint32_t* no_keys = nullptr;
   uint32_t* no_out = nullptr;
-  int64_t* no_count = nullptr;
-  LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, no_keys, no_out,
+  LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, no_keys, no_out,
                                                     no_keys, no_out, rows, 0, end_bit));
-  LAMINA_CUDA_CHECK(cub::DeviceSelect::If(nullptr, select_bytes, no_keys, no_out, no_count,
-                                          rows, StartsRun{no_keys}));
-  const auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
-  const size_t array = aligned(sizeof(uint32_t) * rows), count = aligned(sizeof(int64_t));
-  const size_t temp_bytes = std::max(sort_bytes, select_bytes);
-  char* base = static_cast<char*>(context.workspace(5 * array + count + temp_bytes));
-  const auto at = [&](int k) { return reinterpret_cast<uint32_t*>(base + k * array); };
-  return {at(0), at(1), at(2), at(3), at(4), reinterpret_cast<int64_t*>(base + 5 * array),
-          base + 5 * array + count, temp_bytes};
+  const size_t array = sizeof(uint32_t) * rows;
+  const std::array<char*, 5> p = context.workspace_pieces<5>({array, array, array, array,
+                                                              temp_bytes});
+  const auto u32 = [](char* q) { return reinterpret_cast<uint32_t*>(q); };
+  return {u32(p[0]), u32(p[1]), u32(p[2]), u32(p[3]), p[4], temp_bytes};
 }
 
 }  // namespace
@@ -190,12 +171,8 @@ void CudaBackend::scatter_add_rows(int64_t rows, int64_t cols, const float* inde
   LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(a.temp, bytes, a.keys, a.sorted_keys,
                                                     a.positions, a.sources,
                                                     static_cast<int>(rows), 0, end_bit, s));
-  bytes = a.temp_bytes;
-  const uint32_t* positions = a.positions;  // the query's type: the same instantiation
-  LAMINA_CUDA_CHECK(cub::DeviceSelect::If(a.temp, bytes, positions, a.starts, a.runs, rows,
-                                          StartsRun{a.sorted_keys}, s));
   scatter_add_runs_kernel<<<elementwise_grid(rows * cols), kBlock, 0, s>>>(
-      rows, cols, dst_rows, a.sorted_keys, a.sources, a.starts, a.runs, src, dst);
+      rows, cols, dst_rows, a.sorted_keys, a.sources, src, dst);
   LAMINA_CUDA_LAUNCHED(scatter_add_runs_kernel);
 }
 

@@ -14,13 +14,13 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
-#include "backends/cuda/transpose.hpp"
 
 namespace lamina::cuda_detail {
 namespace {
 
-// The transposed copies: A's at the workspace's start, B's after it at a 256-byte boundary.
-int64_t b_offset(int64_t m, int64_t k) { return (m * k + 63) / 64 * 64; }  // floats
+// The transposed copies' floats: A's at the workspace's start, B's after it at a 256-byte
+// boundary (CudaContext::workspace_pieces).
+int64_t b_offset(int64_t m, int64_t k) { return (m * k + 63) / 64 * 64; }
 
 // Large enough that transposing costs less than it saves (both operands at least 512 wide,
 // a sum of at least 256 terms), small enough that the copies take at most 256 MB of
@@ -36,13 +36,14 @@ bool transpose_first(int64_t m, int64_t n, int64_t k) {
 void CudaBackend::tf32_gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
                             int64_t k, float alpha, const float* a, const float* b, float beta,
                             float* c) {
-  const cudaStream_t s = on_device();
   if (trans_a == Transpose::kYes && trans_b == Transpose::kNo && transpose_first(m, n, k) &&
       !context_.in_workspace(a) && !context_.in_workspace(b) && !context_.in_workspace(c)) {
-    float* a_t = static_cast<float*>(context_.workspace(sizeof(float) * (b_offset(m, k) + n * k)));
-    float* b_t = a_t + b_offset(m, k);
-    launch_transpose(s, 1, k, m, a, a_t);  // (m, k)
-    launch_transpose(s, 1, k, n, b, b_t);  // (n, k)
+    const auto [at, bt] = context_.workspace_pieces<2>(
+        {sizeof(float) * size_t(m * k), sizeof(float) * size_t(n * k)});
+    float* a_t = reinterpret_cast<float*>(at);
+    float* b_t = reinterpret_cast<float*>(bt);
+    transpose(1, k, m, a, a_t);  // (m, k)
+    transpose(1, k, n, b, b_t);  // (n, k)
     return tf32_gemm(Transpose::kNo, Transpose::kYes, m, n, k, alpha, a_t, b_t, beta, c);
   }
   lt_gemm(CUDA_R_32F, Math::kTF32, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);

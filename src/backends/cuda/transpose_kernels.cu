@@ -9,7 +9,6 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernel_util.cuh"
-#include "backends/cuda/transpose.hpp"
 
 namespace lamina::cuda_detail {
 namespace {
@@ -41,20 +40,16 @@ __global__ void transpose_kernel(int64_t outer, int64_t rows, int64_t cols, int6
 
 }  // namespace
 
-void launch_transpose(cudaStream_t s, int64_t outer, int64_t rows, int64_t cols,
-                      const float* x, float* y) {
+void CudaBackend::transpose(int64_t outer, int64_t rows, int64_t cols, const float* x,
+                            float* y) {
   if (outer <= 0 || rows <= 0 || cols <= 0) return;
+  const cudaStream_t s = on_device();
   const int64_t tile_rows = (rows + kTile - 1) / kTile, tile_cols = (cols + kTile - 1) / kTile;
   const unsigned blocks =
       static_cast<unsigned>(std::min<int64_t>(outer * tile_rows * tile_cols, kMaxGrid));
   transpose_kernel<<<blocks, dim3(kTile, kTileRows), 0, s>>>(outer, rows, cols, tile_rows,
                                                              tile_cols, x, y);
   LAMINA_CUDA_LAUNCHED(transpose_kernel);
-}
-
-void CudaBackend::transpose(int64_t outer, int64_t rows, int64_t cols, const float* x,
-                            float* y) {
-  launch_transpose(on_device(), outer, rows, cols, x, y);
 }
 
 }  // namespace lamina::cuda_detail

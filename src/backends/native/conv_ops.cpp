@@ -366,10 +366,7 @@ void NativeBackend::stochastic_pool_forward(const PoolGeometry& g, uint64_t seed
     for (int64_t o = 0; o < out_plane; ++o) {
       const int64_t i = p * out_plane + o;
       const float u = counter_uniform(seed, first + static_cast<uint64_t>(i));
-      const pool_windows::Window win = pool_windows::pool_window(g, o / g.out_w, o % g.out_w);
-      const int64_t chosen = pool_windows::stochastic_choice(g, win, xp, u);
-      y[i] = chosen < 0 ? 0.0f : xp[chosen];
-      mask[i] = static_cast<int32_t>(chosen);
+      pool_windows::stochastic_output(g, xp, o, u, y + i, mask + i);
     }
   });
   counter->passes += 1;
@@ -379,11 +376,8 @@ void NativeBackend::stochastic_pool_test(const PoolGeometry& g, const float* x, 
   check_pool(g);
   const int64_t in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
   parallel_rows(g.n * g.c, out_plane * g.kh * g.kw, [&](int64_t p) {
-    for (int64_t o = 0; o < out_plane; ++o) {
-      const pool_windows::Window win = pool_windows::pool_window(g, o / g.out_w, o % g.out_w);
-      const pool_windows::WindowSums sums = pool_windows::window_sums(g, win, x + p * in_plane);
-      y[p * out_plane + o] = static_cast<float>(pool_windows::weighted_mean(sums));
-    }
+    for (int64_t o = 0; o < out_plane; ++o)
+      y[p * out_plane + o] = pool_windows::weighted_output(g, x + p * in_plane, o);
   });
 }
 
