@@ -413,7 +413,8 @@ class Backend {
   // counter_uniform(seed, offset + p per_pass + i), p = counter->passes, and takes the first
   // element in row-major order where the running sum of its window reaches u * the window's
   // sum (sums in double): y = that element, mask = its index as max's. A window where none
-  // does (empty, a NaN sum, or some windows with a negative sum) gives y = 0, mask -1. Then counter->passes + 1.
+  // does (empty, a NaN sum, or some windows with a negative sum) gives y = 0, mask -1. Then
+  // counter->passes + 1.
   // pool_backward(kMax, g, dy, mask, dx) is its gradient.
   virtual void stochastic_pool_forward(const PoolGeometry& g, uint64_t seed, uint64_t offset,
                                        uint64_t per_pass, PassCounter* counter, const float* x,

@@ -197,9 +197,11 @@ class Layer {
   Tensor& add_param(const std::string& role, const Shape& shape, const FillerParameter& filler);
   // "layer 'ip1' (Linear): " for error messages.
   std::string where() const;
-  // Whether setup() runs again, from reshape(): what it needs to do once (a warning, a file
-  // read) is done already.
+  // Whether setup() runs again, from reshape(): what it needs to do once (a file read) is
+  // done already.
   bool reshaping() const { return reshaping_param_ >= 0; }
+  // Logs a warning starting with where(), once: not again when setup() runs from reshape().
+  void warn(const std::string& message) const;
 
   // custom_param { entry { key: "k" value: "v" } }: parameters of layers defined outside
   // Lamina. Unknown keys are errors (require_custom_keys), as are values that do not parse.

@@ -38,6 +38,12 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
+  // At least bytes on backend: reallocates only when it holds fewer (the values are then
+  // undefined), so a layer set up again for smaller shapes (Layer::reshape) keeps its arrays.
+  void reserve(Backend& backend, size_t bytes) {
+    if (bytes_ < bytes || backend_ != &backend) *this = Buffer(backend, bytes);
+  }
+
   void* get() const { return ptr_; }
   template <class T>
   T* as() const { return static_cast<T*>(ptr_); }

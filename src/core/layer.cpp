@@ -1,5 +1,7 @@
 #include "lamina/layer.hpp"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 
 namespace lamina {
@@ -30,6 +32,10 @@ Tensor& Layer::add_param(const std::string& role, const Shape& shape,
   p.filler = filler;
   params_.push_back(std::move(p));
   return *params_.back().tensor;
+}
+
+void Layer::warn(const std::string& message) const {
+  if (!reshaping()) LOG(WARNING) << where() << message;
 }
 
 void Layer::reshape(const Tensors& bottom, const Tensors& top) {

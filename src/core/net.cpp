@@ -16,9 +16,13 @@ void Net::forward_layer(int i) {
 }
 
 void Net::reshape_if_needed(int i) {
+  const Tensors& bottoms = io_[i].bottom_tensors;
+  bool same = true;
+  for (size_t j = 0; j < bottoms.size() && same; ++j)
+    same = bottoms[j]->shape() == bottom_shapes_[i][j];
+  if (same) return;
   std::vector<Shape> shapes;
-  for (const Tensor* b : io_[i].bottom_tensors) shapes.push_back(b->shape());
-  if (shapes == bottom_shapes_[i]) return;
+  for (const Tensor* b : bottoms) shapes.push_back(b->shape());
   try {
     layers_[i]->reshape(io_[i].bottom_tensors, io_[i].top_tensors);
   } catch (const Error& e) {

@@ -66,8 +66,8 @@ class ArgMaxLayer : public Layer {
                    "up to ", kExactIndices);
     top[0]->reshape(shape);
     if (both()) {  // the op's two outputs, interleaved into the top row by row
-      index_ = Buffer(backend_, sizeof(float) * outer_ * top_k_);
-      value_ = Buffer(backend_, sizeof(float) * outer_ * top_k_);
+      index_.reserve(backend_, sizeof(float) * outer_ * top_k_);
+      value_.reserve(backend_, sizeof(float) * outer_ * top_k_);
     }
   }
 

@@ -31,6 +31,7 @@ class BatchRows {
              int64_t first = 0) {
     LAMINA_REQUIRE(samples > 0 && samples <= kMaxSamples, where, "holds ", samples,
                    " samples; a device-resident table takes 1 to 2^24");
+    stale_ = stale_ || recorded_;  // the arrays move
     backend_ = &backend;
     samples_ = samples;
     batch_ = batch;
@@ -52,12 +53,7 @@ class BatchRows {
 
   // This pass's row numbers into index(); advances the counter (device and host).
   void next() {
-    BatchOrder order;
-    order.counter = counter_.device();
-    order.first = first_;
-    order.batch = batch_;
-    order.samples = samples_;
-    backend_->gather_batch(order, GatherTop{digits_.as<uint8_t>(), 3, 1.0f,
+    backend_->gather_batch(order(), GatherTop{digits_.as<uint8_t>(), 3, 1.0f,
                                             digit_rows_.as<float>()}, GatherTop{});
     backend_->gemv(Transpose::kNo, batch_, 3, 1.0f, digit_rows_.as<float>(),
                    place_.as<float>(), 0.0f, index_.as<float>());
@@ -69,11 +65,17 @@ class BatchRows {
   }
 
   // The sample the next pass starts at, as the host counts passes.
-  int64_t position() const {
-    return (first_ + counter_.passes() % samples_ * (batch_ % samples_)) % samples_;
-  }
+  int64_t position() const { return order().cursor(counter_.passes()); }
   // Pass 0's first sample: an argument of the operations, which recordings keep.
   int64_t first() const { return first_; }
+  // Captured steps (Layer::prepare_replay): whether a recording of the layer's passes may be
+  // replayed. It may not once shape() moved the arrays after one was made, or after
+  // forget_recordings() (an argument a recording keeps changed).
+  bool prepare_replay() {
+    recorded_ = true;
+    return !stale_;
+  }
+  void forget_recordings() { stale_ = stale_ || recorded_; }
   // The next pass starts at sample first; the counter restarts.
   void restart(int64_t first) {
     first_ = first;
@@ -82,7 +84,18 @@ class BatchRows {
   void replayed(int64_t passes) { counter_.advance(passes); }
 
  private:
+  BatchOrder order() const {
+    BatchOrder o;
+    o.counter = counter_.device();
+    o.first = first_;
+    o.batch = batch_;
+    o.samples = samples_;
+    return o;
+  }
+
   Backend* backend_ = nullptr;
+  bool recorded_ = false;  // a replay was prepared
+  bool stale_ = false;     // the arrays or first_ changed since
   int64_t samples_ = 0, batch_ = 0, first_ = 0;
   Buffer digits_;      // (S, 3) uint8: each sample's number, least significant digit first
   Buffer place_;       // (3) float: 1, 256, 65536

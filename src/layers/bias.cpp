@@ -12,7 +12,6 @@
 // (added to the learned bias's, written to bottom 1's). Works in place.
 // In a 16-bit precision (one bottom) the bottom, the top and their gradients are 16-bit (y
 // rounded once); the bias and its gradient stay FP32. The two-bottom form runs in FP32.
-#include <glog/logging.h>
 
 #include "channel_axes.hpp"
 #include "lamina/layer.hpp"
@@ -40,9 +39,9 @@ class BiasLayer : public Layer {
     if (given_) {
       require_top_not_parameter(where(), bottom, top);
       axes_ = broadcast_axes(where(), "bias_param", p.axis(), *bottom[0], *bottom[1]);
-      if ((p.has_num_axes() || p.has_filler()) && !reshaping())
-        LOG(WARNING) << where() << "bias_param.num_axes and filler describe a learned bias; "
-                     << "with the bias as bottom 1 they are not used (as in Caffe)";
+      if (p.has_num_axes() || p.has_filler())
+        warn("bias_param.num_axes and filler describe a learned bias; with the bias as "
+             "bottom 1 they are not used (as in Caffe)");
     } else {
       axes_ = channel_axes(where(), "bias_param", p.axis(), p.num_axes(), *bottom[0]);
       add_param("bias", axes_.shape, p.has_filler() ? p.filler() : FillerParameter());

@@ -120,7 +120,7 @@ class LossRows : public ClassRows {
     ClassRows::setup(backend, axis, where, name);
     if (top.size() > 1) top[1]->reshape(scores.shape());
     owns_ = top.size() == 1 && !transposed();
-    own_ = owns_ ? Buffer(backend, sizeof(float) * scores.count()) : Buffer();
+    if (owns_) own_.reserve(backend, sizeof(float) * scores.count());
   }
   // Where the forward pass writes the probabilities (rows, C), and where backward reads them.
   float* probabilities_out(const Tensors& top) {

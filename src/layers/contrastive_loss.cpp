@@ -49,8 +49,8 @@ class ContrastiveLossLayer : public Layer {
     const ContrastiveLossParameter& p = param_.contrastive_loss_param();
     margin_ = p.margin();
     legacy_ = p.legacy_version();
-    diff_ = Buffer(backend_, sizeof(float) * rows_ * cols_);
-    dist_sq_ = Buffer(backend_, sizeof(float) * rows_);
+    diff_.reserve(backend_, sizeof(float) * rows_ * cols_);
+    dist_sq_.reserve(backend_, sizeof(float) * rows_);
     top[0]->reshape({});
   }
 

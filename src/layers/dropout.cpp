@@ -10,8 +10,9 @@
 // State (snapshots): the seed and the offset, so a resumed run draws the masks an
 // uninterrupted one would. Data parallel (set_worker): worker r > 0 keys the generator by a
 // hash of the seed and r, so workers draw independent masks (a job of N workers does not
-// draw the masks one worker with N times the batch would); the state keeps the job's seed. In a 16-bit precision x, y and their gradients are
-// 16-bit (y = round(x * mask), dx = round(dy * mask)); the mask stays FP32.
+// draw the masks one worker with N times the batch would); the state keeps the job's seed.
+// In a 16-bit precision x, y and their gradients are 16-bit (y = round(x * mask),
+// dx = round(dy * mask)); the mask stays FP32.
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
 #include "pass_random.hpp"
@@ -36,7 +37,7 @@ class DropoutLayer : public DrawingLayer {
     storage_ = bottom[0]->dtype();
     if (phase_ != TRAIN) return;
     const int64_t n = bottom[0]->count();
-    if (mask_.bytes() < sizeof(float) * n) mask_ = Buffer(backend_, sizeof(float) * n);
+    mask_.reserve(backend_, sizeof(float) * n);
     random_.shape(backend_, n, 1);
   }
 

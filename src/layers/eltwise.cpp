@@ -20,7 +20,6 @@
 // is rounded as it is taken: SUM's y = round(coeff_0 x_0), then y = round(y + coeff_i x_i),
 // and dx_i = round(coeff_i dy); PROD's every product; MAX selects (exact). The operations are
 // written once over the storage, T = float or uint16_t (stored.hpp).
-#include <glog/logging.h>
 
 #include <vector>
 
@@ -72,12 +71,12 @@ class EltwiseLayer : public Layer {
     coeff_.assign(bottom.size(), 1.0f);
     if (op_ == EltwiseParameter::SUM) {
       for (int i = 0; i < p.coeff_size(); ++i) coeff_[i] = p.coeff(i);
-    } else if (p.coeff_size() > 0 && !reshaping()) {
-      LOG(WARNING) << where() << "eltwise_param.coeff is ignored by operation MAX (as in Caffe)";
+    } else if (p.coeff_size() > 0) {
+      warn("eltwise_param.coeff is ignored by operation MAX (as in Caffe)");
     }
     top[0]->reshape(first.shape());
     storage_ = first.dtype();
-    if (op_ == EltwiseParameter::MAX) mask_ = Buffer(backend_, sizeof(int32_t) * first.count());
+    if (op_ == EltwiseParameter::MAX) mask_.reserve(backend_, sizeof(int32_t) * first.count());
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {

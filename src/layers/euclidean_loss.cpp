@@ -29,7 +29,7 @@ class EuclideanLossLayer : public Layer {
                    " must hold the same number of elements");
     rows_ = a.dim(0);
     cols_ = rows_ > 0 ? a.count() / rows_ : 0;
-    diff_ = Buffer(backend_, sizeof(float) * a.count());
+    diff_.reserve(backend_, sizeof(float) * a.count());
     top[0]->reshape({});
   }
 

@@ -64,8 +64,7 @@ class FilterLayer : public Layer {
     }
     selector_.resize(size_t(n_));
     index_host_.resize(size_t(n_));
-    if (index_.bytes() < sizeof(float) * n_) index_ = Buffer(backend_, sizeof(float) * n_);
-    context_ = where() + "selector '" + s.name() + "'";
+    index_.reserve(backend_, sizeof(float) * n_);
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {
@@ -79,10 +78,8 @@ class FilterLayer : public Layer {
       shape[0] = kept_;
       top[t]->reshape(shape);
       if (kept_ == 0) continue;
-      with_index_context(context_, [&] {
-        backend_.gather_rows(kept_, inner_[t], index_.as<float>(), n_, bottom[t]->data(),
-                             top[t]->mutable_data());
-      });
+      backend_.gather_rows(kept_, inner_[t], index_.as<float>(), n_, bottom[t]->data(),
+                           top[t]->mutable_data());
     }
   }
 
@@ -93,9 +90,7 @@ class FilterLayer : public Layer {
       float* dx = bottom[t]->mutable_diff();
       backend_.zero(sizeof(float) * bottom[t]->count(), dx);
       if (kept_ == 0) continue;
-      with_index_context(context_, [&] {
-        backend_.scatter_add_rows(kept_, inner_[t], index_.as<float>(), n_, top[t]->diff(), dx);
-      });
+      backend_.scatter_add_rows(kept_, inner_[t], index_.as<float>(), n_, top[t]->diff(), dx);
     }
   }
 
@@ -107,7 +102,6 @@ class FilterLayer : public Layer {
   std::vector<float> selector_;     // the selector, read each pass (N)
   std::vector<float> index_host_;   // the kept rows' numbers, as floats (S of N)
   Buffer index_;                    // the same in backend memory (N)
-  std::string context_;             // for an index error: the layer and the selector
 };
 
 }  // namespace

@@ -106,10 +106,7 @@ class Hdf5DataLayer final : public Layer {
 
   // A recording holds the device arrays' addresses: after upload() moved them, it must not
   // be replayed (set_state outside the net, which otherwise starts a new generation).
-  bool prepare_replay(int64_t /*passes*/) override {
-    recorded_ = true;
-    return !moved_after_recording_;
-  }
+  bool prepare_replay(int64_t /*passes*/) override { return rows_.prepare_replay(); }
   void replayed(int64_t passes) override {
     if (!resident_) return;
     rows_.replayed(passes);
@@ -155,7 +152,6 @@ class Hdf5DataLayer final : public Layer {
 
   // The one file's datasets to the device; its batches start at the current row.
   void upload() {
-    moved_after_recording_ = moved_after_recording_ || recorded_;
     device_.clear();
     for (const Hdf5Array& array : arrays_) {
       device_.emplace_back(backend_, sizeof(float) * array.values.size());
@@ -257,8 +253,6 @@ class Hdf5DataLayer final : public Layer {
   int64_t entered_ = 0;   // files entered before the loaded one
   // One file without shuffle: its datasets stay on the device and batches are chosen there.
   bool resident_ = false;
-  bool recorded_ = false;               // a replay was prepared
-  bool moved_after_recording_ = false;  // upload() moved the device arrays since
   std::vector<Buffer> device_;  // per top: (rows, cols) float
   BatchRows rows_;
 };

@@ -25,7 +25,7 @@ class HingeLossLayer : public LabelledLoss {
     rows_ = shape.rows;
     cols_ = shape.cols;
     p_ = param_.hinge_loss_param().norm() == HingeLossParameter::L2 ? 2 : 1;
-    margin_ = Buffer(backend_, sizeof(float) * bottom[0]->count());
+    margin_.reserve(backend_, sizeof(float) * bottom[0]->count());
     top[0]->reshape({});
   }
 

@@ -93,7 +93,7 @@ class InfogainLossLayer : public LabelledLoss {
     setup_matrix(bottom);
     rows_.setup(backend_, axis_, where(), name() + "/prob", scores, top);
     top[0]->reshape({});
-    norm_ = Buffer(backend_, sizeof(float));
+    norm_.reserve(backend_, sizeof(float));
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {

@@ -15,7 +15,6 @@
 // from the forward pass; a third array holds x^2, then the gradient's intermediate terms,
 // so the scratch is three arrays of the bottom's size.
 // local_size must be odd (Caffe's requirement); engine is accepted as a hint. FP32.
-#include <glog/logging.h>
 
 #include <vector>
 
@@ -52,20 +51,18 @@ class LrnLayer : public Layer {
     count_ = x.count();
     n_ = x.dim(0), c_ = x.dim(1), plane_ = x.dim(2) * x.dim(3);
     top[0]->reshape(x.shape());
-    scale_ = Buffer(backend_, sizeof(float) * count_);
+    scale_.reserve(backend_, sizeof(float) * count_);
     if (!within_) {
       args_ = LrnArgs{size, p.alpha(), p.beta(), p.k()};
       return;
     }
-    if (p.has_k() && !reshaping())
-      LOG(WARNING) << where() << "lrn_param.k is not used by WITHIN_CHANNEL, which adds 1 "
-                   << "(as in Caffe)";
+    if (p.has_k()) warn("lrn_param.k is not used by WITHIN_CHANNEL, which adds 1 (as in Caffe)");
     const int64_t pad = (size - 1) / 2;
     pool_ = PoolGeometry{n_, c_, x.dim(2), x.dim(3), size, size, 1, 1, pad, pad,
                          x.dim(2), x.dim(3)};
     power_ = Pointwise{PointwiseFn::kPower, -p.beta(), p.alpha(), 1.0f};
-    avg_ = Buffer(backend_, sizeof(float) * count_);
-    work_ = Buffer(backend_, sizeof(float) * count_);
+    avg_.reserve(backend_, sizeof(float) * count_);
+    work_.reserve(backend_, sizeof(float) * count_);
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {

@@ -54,7 +54,6 @@ class MemoryDataLayer final : public Layer, public MemoryData {
     LAMINA_REQUIRE(n > 0 && n % batch_ == 0, where(), "reset() got ", n, " examples; n must be "
                    "a positive multiple of batch_size ", batch_);
     if (!rows_.shaped() || rows_.samples() != n) {
-      replaced_after_recording_ = recorded_;
       data_ = Buffer(backend_, sizeof(float) * size_t(n * example_size()));  // (n, C*H*W)
       labels_ = Buffer(backend_, sizeof(float) * size_t(n));                 // (n)
       rows_.shape(backend_, where(), n, batch_);
@@ -62,7 +61,7 @@ class MemoryDataLayer final : public Layer, public MemoryData {
     backend_.copy_from_host(data_.bytes(), data, data_.get());
     backend_.copy_from_host(labels_.bytes(), labels, labels_.get());
     // A recording took the first row as an argument: from another one, it must not replay.
-    if (rows_.first() != 0) replaced_after_recording_ = recorded_;
+    if (rows_.first() != 0) rows_.forget_recordings();
     rows_.restart(0);
   }
 
@@ -98,10 +97,7 @@ class MemoryDataLayer final : public Layer, public MemoryData {
   int64_t width() const override { return width_; }
 
   // A recording reads the arrays by address: once reset() replaced them, replays stop.
-  bool prepare_replay(int64_t /*passes*/) override {
-    recorded_ = true;
-    return !replaced_after_recording_;
-  }
+  bool prepare_replay(int64_t /*passes*/) override { return rows_.prepare_replay(); }
   void replayed(int64_t passes) override { rows_.replayed(passes); }
 
   // (n, the next row); nothing before the first reset().
@@ -127,8 +123,6 @@ class MemoryDataLayer final : public Layer, public MemoryData {
   int64_t batch_ = 0, channels_ = 0, height_ = 0, width_ = 0;
   Buffer data_, labels_;  // (n, C*H*W) and (n), after reset()
   BatchRows rows_;
-  bool recorded_ = false;                  // a replay was prepared
-  bool replaced_after_recording_ = false;  // reset() moved the arrays since
 };
 
 }  // namespace

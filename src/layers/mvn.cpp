@@ -43,7 +43,7 @@ class MVNLayer : public Layer {
     const int leading = p.across_channels() ? 1 : 2;
     rows_ = x.count(0, std::min(leading, x.num_axes()));
     dim_ = rows_ == 0 ? 0 : x.count() / rows_;
-    for (Buffer* b : {&mean_, &var_, &inv_std_}) *b = Buffer(backend_, sizeof(float) * rows_);
+    for (Buffer* b : {&mean_, &var_, &inv_std_}) b->reserve(backend_, sizeof(float) * rows_);
     if (top[0] != bottom[0]) top[0]->reshape(x.shape());
   }
 

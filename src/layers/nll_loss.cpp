@@ -38,7 +38,7 @@ class NllLossLayer : public Layer {
     cols_ = shape.cols;
     options_ = loss_options(param_.loss_param());
     top[0]->reshape({});
-    norm_ = Buffer(backend_, sizeof(float));
+    norm_.reserve(backend_, sizeof(float));
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {

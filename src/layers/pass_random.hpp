@@ -26,10 +26,14 @@ class PassRandom {
   explicit PassRandom(uint64_t seed) : seed_(seed) {}
 
   // Makes `operations` counters for passes of per_pass numbers. Called again (a new shape),
-  // it goes on after the numbers already drawn.
+  // it goes on after the numbers already drawn, restarting the counters it has.
   void shape(Backend& backend, int64_t per_pass, int operations) {
     offset_ = next_offset();
     per_pass_ = static_cast<uint64_t>(per_pass);
+    if (counters_.size() == size_t(operations)) {
+      for (PassCounterBuffer& c : counters_) c.restart();
+      return;
+    }
     counters_.clear();
     for (int k = 0; k < operations; ++k) counters_.emplace_back(backend);
   }

@@ -56,7 +56,7 @@ class PointwiseLayer : public Layer {
     const Tensor& x = *bottom[0];
     in_place_ = top[0] == bottom[0];
     keeps_input_ = in_place_ && gradient_reads_x();
-    input_ = keeps_input_ ? Buffer(backend_, sizeof(float) * x.count()) : Buffer();
+    if (keeps_input_) input_.reserve(backend_, sizeof(float) * x.count());
     if (!in_place_) top[0]->reshape(x.shape());
   }
 

@@ -81,7 +81,7 @@ class PoolingLayer : public DrawingLayer {
                    " kernel does not fit in bottom '", x.name(), "' ", x.shape_string(),
                    " padded by ", pad.h, "x", pad.w, ": the output would be empty");
     top[0]->reshape({g_.n, g_.c, g_.out_h, g_.out_w});
-    if (uses_mask(kind_)) mask_ = Buffer(backend_, sizeof(int32_t) * top[0]->count());
+    if (uses_mask(kind_)) mask_.reserve(backend_, sizeof(int32_t) * top[0]->count());
     if (kind_ == PoolKind::kSampled) random_.shape(backend_, top[0]->count(), 1);
     storage_ = x.dtype();
   }

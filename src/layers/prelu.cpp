@@ -39,7 +39,7 @@ class PReLULayer : public Layer {
     add_param("slope", Shape{channels_}, p.has_filler() ? p.filler() : quarter);
     in_place_ = top[0] == bottom[0];
     if (in_place_) {
-      input_ = Buffer(backend_, sizeof(float) * x.count());
+      input_.reserve(backend_, sizeof(float) * x.count());
     } else {
       top[0]->reshape(x.shape());
     }

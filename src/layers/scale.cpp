@@ -19,7 +19,6 @@
 // values anyway.
 // In a 16-bit precision (one bottom) the bottom, the top, their gradients and that copy are
 // 16-bit; the scale, the bias and their gradients stay FP32. The two-bottom form runs in FP32.
-#include <glog/logging.h>
 
 #include <memory>
 
@@ -50,9 +49,9 @@ class ScaleLayer : public Layer {
     if (given_) {
       require_top_not_parameter(where(), bottom, top);
       axes_ = broadcast_axes(where(), "scale_param", p.axis(), x, *bottom[1]);
-      if ((p.has_num_axes() || p.has_filler()) && !reshaping())
-        LOG(WARNING) << where() << "scale_param.num_axes and filler describe a learned scale; "
-                     << "with the scale as bottom 1 they are not used (as in Caffe)";
+      if (p.has_num_axes() || p.has_filler())
+        warn("scale_param.num_axes and filler describe a learned scale; with the scale as "
+             "bottom 1 they are not used (as in Caffe)");
     } else {
       axes_ = channel_axes(where(), "scale_param", p.axis(), p.num_axes(), x);
       FillerParameter ones;

@@ -36,7 +36,7 @@ class SigmoidCrossEntropyLossLayer : public LabelledLoss {
     options_ = loss_options(param_.loss_param(), LossParameter::BATCH_SIZE);
     options_.batch = x.dim(0);
     top[0]->reshape({});
-    norm_ = Buffer(backend_, sizeof(float));
+    norm_.reserve(backend_, sizeof(float));
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {

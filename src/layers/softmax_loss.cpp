@@ -41,7 +41,7 @@ class SoftmaxWithLossLayer : public LabelledLoss {
     options_.batch = axis_.outer;
     rows_.setup(backend_, axis_, where(), name() + "/prob", scores, top);
     top[0]->reshape({});
-    norm_ = Buffer(backend_, sizeof(float));
+    norm_.reserve(backend_, sizeof(float));
   }
 
   void forward(const Tensors& bottom, const Tensors& top) override {

@@ -74,10 +74,10 @@ class SppLayer : public DrawingLayer {
       top[0]->reshape({n, x.dim(1), levels_[0].g.out_h, levels_[0].g.out_w});
     } else {
       top[0]->reshape({n, total_});
-      pooled_ = Buffer(backend_, sizeof(float) * n * largest);
-      dx_ = Buffer(backend_, sizeof(float) * x.count());
+      pooled_.reserve(backend_, sizeof(float) * n * largest);
+      dx_.reserve(backend_, sizeof(float) * x.count());
     }
-    if (uses_mask(kind_)) mask_ = Buffer(backend_, sizeof(int32_t) * n * total_);
+    if (uses_mask(kind_)) mask_.reserve(backend_, sizeof(int32_t) * n * total_);
     if (kind_ == PoolKind::kSampled) random_.shape(backend_, n * total_, int(levels_.size()));
   }
 
@@ -128,8 +128,8 @@ class SppLayer : public DrawingLayer {
     };
     PoolGeometry g{x.dim(0), x.dim(1), x.dim(2), x.dim(3), 0, 0, 0, 0, 0, 0, 0, 0};
     const bool fits_h = axis(g.h, g.kh, g.pad_h), fits_w = axis(g.w, g.kw, g.pad_w);
-    LAMINA_REQUIRE(fits_h && fits_w, where(), "spp_param.pyramid_height ", height, " is too large for "
-                   "bottom '", x.name(), "' ", x.shape_string(), ": level ", l, "'s ", bins, "x",
+    LAMINA_REQUIRE(fits_h && fits_w, where(), "spp_param.pyramid_height ", height,
+                   " is too large for bottom '", x.name(), "' ", x.shape_string(), ": level ", l, "'s ", bins, "x",
                    bins, " bins need a ", g.kh, "x", g.kw, " kernel padded by ", g.pad_h, "x",
                    g.pad_w, ", and pooling needs the pad smaller than the kernel; use a "
                    "pyramid_height of at most ", l);
