@@ -1,8 +1,8 @@
 // Caffe's transforms of raw Datums (data_transformer.hpp).
 #include "lamina/data_transformer.hpp"
 
+#include "lamina/blob_proto.hpp"
 #include "lamina/counter_rng.hpp"
-#include "lamina/file_access.hpp"
 
 namespace lamina {
 namespace {
@@ -19,33 +19,22 @@ std::string shape_text(const DatumShape& s) {
 
 std::vector<float> read_mean_blob(const std::string& path, const std::string& what,
                                   DatumShape& shape) {
-  InputFile file(path, what, "(make one with `lamina compute_image_mean DB MEAN.binaryproto`)");
-  BlobProto proto;
-  LAMINA_REQUIRE(proto.ParseFromString(file.read_all(int64_t{1} << 32)), file.prefix(),
-                 "is not a BlobProto (Caffe's binary .binaryproto format)");
-  Shape dims;
-  if (proto.has_num() || proto.has_channels() || proto.has_height() || proto.has_width()) {
-    dims = {proto.num(), proto.channels(), proto.height(), proto.width()};
-  } else {
-    dims.assign(proto.shape().dim().begin(), proto.shape().dim().end());
-  }
+  const BlobFile blob = read_blob_proto(path, what, int64_t{1} << 32, "(make one with `lamina "
+                                        "compute_image_mean DB MEAN.binaryproto`)");
+  const Shape& dims = blob.shape;
   Shape chw(3, 1);  // the last three dimensions; those before must be 1 (num 1)
   bool leading_ones = dims.size() <= 4;
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i + 3 >= dims.size()) chw[i + 3 - dims.size()] = dims[i];
     else leading_ones = leading_ones && dims[i] == 1;
   }
-  LAMINA_REQUIRE(leading_ones && chw[0] > 0 && chw[1] > 0 && chw[2] > 0, file.prefix(),
+  LAMINA_REQUIRE(leading_ones && chw[0] > 0 && chw[1] > 0 && chw[2] > 0, blob.prefix,
                  "has shape ", shape_string(dims), "; a mean image is (1, C, H, W)");
   shape = {chw[0], chw[1], chw[2]};
-  const bool doubles = proto.double_data_size() > 0;
-  const int64_t stored = doubles ? proto.double_data_size() : proto.data_size();
-  LAMINA_REQUIRE(stored == shape.count(), file.prefix(), "holds ", stored,
+  const int64_t stored = int64_t(blob.values.size());
+  LAMINA_REQUIRE(stored == shape.count(), blob.prefix, "holds ", stored,
                  " values, but its shape ", shape_string(dims), " has ", shape.count());
-  std::vector<float> values(static_cast<size_t>(stored));
-  for (int64_t i = 0; i < stored; ++i)
-    values[i] = doubles ? float(proto.double_data(int(i))) : proto.data(int(i));
-  return values;
+  return blob.values;
 }
 
 DataTransformer::DataTransformer(const TransformationParameter& param, Phase phase,
