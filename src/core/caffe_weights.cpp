@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "lamina/file_access.hpp"
 #include "lamina/host_memory.hpp"
@@ -99,7 +100,7 @@ NetParameter parse_caffemodel(const std::string& bytes, const std::string& sourc
          "as Caffe writes .caffemodel files): it is truncated or damaged, or neither a Caffe "
          "model nor Lamina's weights (which begin with \"LAMINAW\") (", bytes.size(),
          " bytes)");
-  if (model.layers_size() > 0) model = upgrade_v1_net(model, source);
+  model = upgrade_v1_net(std::move(model), source);
   LAMINA_REQUIRE(model.layer_size() > 0, what, "holds no layers (", bytes.size(),
                  " bytes); it is not a trained Caffe model");
   for (const LayerParameter& layer : model.layer())
