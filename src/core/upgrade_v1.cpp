@@ -22,11 +22,16 @@ ParamSpec& spec(LayerParameter& layer, int k) {
 // Data layers of V1 nets kept their transforms in their own message (scale, mean_file,
 // crop_size, mirror); Caffe moves them into transform_param.
 template <class DataMessage>
-void move_transform_fields(DataMessage& from, TransformationParameter& to) {
+void copy_transform_fields(const DataMessage& from, TransformationParameter& to) {
   if (from.has_scale()) to.set_scale(from.scale());
   if (from.has_mean_file()) to.set_mean_file(from.mean_file());
   if (from.has_crop_size()) to.set_crop_size(from.crop_size());
   if (from.has_mirror()) to.set_mirror(from.mirror());
+}
+
+template <class DataMessage>
+void move_transform_fields(DataMessage& from, TransformationParameter& to) {
+  copy_transform_fields(from, to);
   from.clear_scale();
   from.clear_mean_file();
   from.clear_crop_size();
@@ -34,6 +39,10 @@ void move_transform_fields(DataMessage& from, TransformationParameter& to) {
 }
 
 }  // namespace
+
+void copy_data_transform_fields(const DataParameter& from, TransformationParameter& to) {
+  copy_transform_fields(from, to);
+}
 
 const char* v1_layer_type(V1LayerParameter::LayerType type) {
   switch (type) {

@@ -30,6 +30,7 @@
 #include "lamina/data_transformer.hpp"
 #include "lamina/database.hpp"
 #include "lamina/registry.hpp"
+#include "lamina/upgrade_v1.hpp"
 
 namespace lamina {
 namespace {
@@ -132,12 +133,8 @@ class DataLayer final : public Layer {
 
   // transform_param, with data_param's older fields moved in (Caffe's upgrade).
   TransformationParameter transform_param() const {
-    const DataParameter& p = param_.data_param();
     TransformationParameter t = param_.transform_param();
-    if (p.has_scale()) t.set_scale(p.scale());
-    if (p.has_mean_file()) t.set_mean_file(p.mean_file());
-    if (p.has_crop_size()) t.set_crop_size(p.crop_size());
-    if (p.has_mirror()) t.set_mirror(p.mirror());
+    copy_data_transform_fields(param_.data_param(), t);
     return t;
   }
 
