@@ -10,11 +10,6 @@ namespace {
 // Counter values per example: mirror, h_off, w_off.
 constexpr uint64_t kDrawsPerExample = 3;
 
-std::string shape_text(const DatumShape& s) {
-  return "(" + std::to_string(s.channels) + ", " + std::to_string(s.height) + ", " +
-         std::to_string(s.width) + ")";
-}
-
 }  // namespace
 
 std::vector<float> read_mean_blob(const std::string& path, const std::string& what,
@@ -45,7 +40,6 @@ DataTransformer::DataTransformer(const TransformationParameter& param, Phase pha
   if (param.has_mean_file()) {
     mean_ = read_mean_blob(param.mean_file(), "mean file (transform_param.mean_file)",
                            mean_shape_);
-    mean_image_ = true;
   } else {
     mean_.assign(param.mean_value().begin(), param.mean_value().end());
   }
@@ -56,11 +50,11 @@ DatumShape DataTransformer::set_input(const DatumShape& in) {
   LAMINA_REQUIRE(crop <= in.height && crop <= in.width, where_, "transform_param.crop_size ",
                  crop, " is larger than the images, ", in.height, " x ", in.width,
                  " (height x width); crop_size must be at most ", std::min(in.height, in.width));
-  LAMINA_REQUIRE(!mean_image_ || mean_shape_ == in, where_, "the mean file '",
-                 param_.mean_file(), "' is ", shape_text(mean_shape_),
-                 " (C, H, W), but the images are ", shape_text(in),
+  LAMINA_REQUIRE(!param_.has_mean_file() || mean_shape_ == in, where_, "the mean file '",
+                 param_.mean_file(), "' is ", shape_string(mean_shape_.shape()),
+                 " (C, H, W), but the images are ", shape_string(in.shape()),
                  "; compute the mean of this data (lamina compute_image_mean)");
-  LAMINA_REQUIRE(mean_image_ || mean_.size() <= 1 || int64_t(mean_.size()) == in.channels,
+  LAMINA_REQUIRE(param_.has_mean_file() || mean_.size() <= 1 || int64_t(mean_.size()) == in.channels,
                  where_, "transform_param has ", mean_.size(), " mean_value entries for ",
                  in.channels, " channels; give one value, or one per channel");
   in_ = in;
@@ -96,9 +90,10 @@ template <class Value>
 void DataTransformer::transform_values(const Value* in, const TransformDraw& draw,
                                        float* out) const {
   const float scale = param_.scale();
+  const bool mean_image = param_.has_mean_file();  // else mean_ holds mean_value
   const int64_t H = in_.height, W = in_.width, h_out = out_.height, w_out = out_.width;
   for (int64_t c = 0; c < in_.channels; ++c) {
-    const float channel_mean = mean_image_ || mean_.empty() ? 0.0f
+    const float channel_mean = mean_image || mean_.empty() ? 0.0f
                                : mean_.size() == 1          ? mean_[0]
                                                             : mean_[c];
     for (int64_t h = 0; h < h_out; ++h) {
@@ -106,7 +101,7 @@ void DataTransformer::transform_values(const Value* in, const TransformDraw& dra
       float* dst = out + (c * h_out + h) * w_out;
       for (int64_t w = 0; w < w_out; ++w) {
         const int64_t src = row + (draw.mirror ? w_out - 1 - w : w);
-        const float mean = mean_image_ ? mean_[src] : channel_mean;
+        const float mean = mean_image ? mean_[src] : channel_mean;
         dst[w] = (float(in[src]) - mean) * scale;
       }
     }
