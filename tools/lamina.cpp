@@ -245,8 +245,7 @@ lamina::NetParameter net_in_precision(const std::string& model_path,
   lamina::NetParameter net = lamina::read_net_parameter(model_path);
   state.apply(*net.mutable_state());
   if (precision.empty()) return net;
-  lamina::set_default_precision(net, lamina::parse_precision(precision, "--precision"),
-                                model_path);
+  lamina::set_default_precision(net, lamina::parse_precision(precision, "--precision"));
   return net;
 }
 

@@ -22,6 +22,7 @@
 
 #include <string>
 
+#include "lamina/blob_proto.hpp"
 #include "lamina/net.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina.pb.h"
@@ -40,8 +41,6 @@ bool weights_file_is_lamina(const std::string& path);
 NetParameter parse_caffemodel(const std::string& bytes, const std::string& source);
 NetParameter read_caffemodel(const std::string& path);
 
-// A blob's shape: its shape, or (num, channels, height, width) when it gives those.
-Shape blob_shape(const BlobProto& blob);
 // Whether a file's blob fits a parameter's shape (see above).
 bool caffe_shapes_match(const Shape& param, const BlobProto& blob);
 

@@ -39,8 +39,6 @@ class DataTransformer {
   // than the image, a mean_file of another shape, or mean_value with neither 1 nor C values
   // is an Error naming what to fix.
   DatumShape set_input(const DatumShape& in);
-  const DatumShape& input() const { return in_; }
-  const DatumShape& output() const { return out_; }
 
   // The random choices for example `example` of the stream seeded by seed.
   TransformDraw draw(uint64_t seed, uint64_t example) const;
@@ -56,7 +54,6 @@ class DataTransformer {
   std::string where_;
   DatumShape mean_shape_;     // of mean_file
   std::vector<float> mean_;   // mean_file's values (C, H, W), or one per channel
-  bool mean_image_ = false;   // mean_ holds mean_file's image
   DatumShape in_, out_;
 };
 

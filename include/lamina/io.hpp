@@ -22,7 +22,8 @@ constexpr int kMaxPrototxtDepth = 100;
 
 NetParameter read_net_parameter(const std::string& path);
 SolverParameter read_solver_parameter(const std::string& path);
-// Parses prototxt text; `source` names it in errors.
+// Parses prototxt text; `source` names it in errors. A net in Caffe's V1 syntax comes back
+// upgraded (upgrade_v1.hpp, whose log line names source).
 NetParameter parse_net_parameter(const std::string& text, const std::string& source);
 SolverParameter parse_solver_parameter(const std::string& text, const std::string& source);
 

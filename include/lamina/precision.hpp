@@ -24,9 +24,8 @@ DType storage_of(Precision p);
 Precision parse_precision(const std::string& text, const std::string& option);
 
 // Gives every top-level layer of net that names no precision the precision p; the children
-// of a Sequential container take their container's (net_builder.cpp). A net in Caffe's V1
-// syntax is upgraded first (upgrade_v1.hpp, whose log line names source), so its layers
-// take p too.
-void set_default_precision(NetParameter& net, Precision p, const std::string& source = "");
+// of a Sequential container take their container's (net_builder.cpp). Nets in Caffe's V1
+// syntax were upgraded where they were read (io.hpp, solver_nets.hpp), so theirs take p too.
+void set_default_precision(NetParameter& net, Precision p);
 
 }  // namespace lamina

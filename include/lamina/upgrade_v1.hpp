@@ -16,11 +16,16 @@ namespace lamina {
 
 // Caffe's type string for a V1 type ("Convolution" for CONVOLUTION; "" for NONE).
 const char* v1_layer_type(V1LayerParameter::LayerType type);
-// One V1 layer as a LayerParameter.
-LayerParameter upgrade_v1_layer(const V1LayerParameter& v1);
+// data_param's older transform fields (scale, mean_file, crop_size, mirror), each one given
+// set in `to` over transform_param's own: the Data layer reads them so in any net.
+void copy_data_transform_fields(const DataParameter& from, TransformationParameter& to);
+// One V1 layer as a LayerParameter; its blobs are moved over, not copied.
+LayerParameter upgrade_v1_layer(V1LayerParameter v1);
 // The net with its `layers` upgraded into `layer` (everything else as it was), logging one
 // line that names source. A net that has both `layer` and `layers` is an Error naming
 // source (Caffe refuses to upgrade it too). A net without `layers` comes back unchanged.
-NetParameter upgrade_v1_net(const NetParameter& net, const std::string& source);
+// Taken by value: `net = upgrade_v1_net(std::move(net), source)` moves every blob instead of
+// copying it.
+NetParameter upgrade_v1_net(NetParameter net, const std::string& source);
 
 }  // namespace lamina

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "lamina/file_access.hpp"
 #include "lamina/host_memory.hpp"
@@ -43,7 +44,7 @@ void check_blob(const BlobProto& blob, const std::string& where) {
   } catch (const Error& e) {
     fail(where, e.what());
   }
-  const int64_t values = blob.double_data_size() > 0 ? blob.double_data_size() : blob.data_size();
+  const int64_t values = blob_value_count(blob);
   LAMINA_REQUIRE(values == count, where, "has shape ", shape_string(shape), " (", count,
                  " values) but holds ", values, " values");
 }
@@ -73,17 +74,10 @@ bool weights_file_is_lamina(const std::string& path) {
          std::filesystem::path(path).extension() == ".lamina";
 }
 
-Shape blob_shape(const BlobProto& blob) {
-  if (blob.has_num() || blob.has_channels() || blob.has_height() || blob.has_width())
-    return {blob.num(), blob.channels(), blob.height(), blob.width()};
-  return Shape(blob.shape().dim().begin(), blob.shape().dim().end());
-}
-
 bool caffe_shapes_match(const Shape& param, const BlobProto& blob) {
   const Shape shape = blob_shape(blob);
-  const bool legacy = blob.has_num() || blob.has_channels() || blob.has_height() ||
-                      blob.has_width();
-  if (legacy) {  // Caffe's 4-D form counts axes from the end: (1, 1, N, K) is (N, K)
+  // Caffe's 4-D form counts axes from the end: (1, 1, N, K) is (N, K).
+  if (has_legacy_shape(blob)) {
     if (param.size() > 4) return false;
     Shape padded(4 - param.size(), 1);
     padded.insert(padded.end(), param.begin(), param.end());
@@ -106,7 +100,7 @@ NetParameter parse_caffemodel(const std::string& bytes, const std::string& sourc
          "as Caffe writes .caffemodel files): it is truncated or damaged, or neither a Caffe "
          "model nor Lamina's weights (which begin with \"LAMINAW\") (", bytes.size(),
          " bytes)");
-  if (model.layers_size() > 0) model = upgrade_v1_net(model, source);
+  model = upgrade_v1_net(std::move(model), source);
   LAMINA_REQUIRE(model.layer_size() > 0, what, "holds no layers (", bytes.size(),
                  " bytes); it is not a trained Caffe model");
   for (const LayerParameter& layer : model.layer())
@@ -177,11 +171,7 @@ WeightsLoadReport load_caffe_weights(Net& net, const NetParameter& model,
                      " in the net", match == WeightsMatch::kFineTune
                          ? "; rename the layer in the net to train it from its filler instead"
                          : "");
-      float* to = values.data() + info.offset;
-      if (blob.double_data_size() > 0)
-        for (double v : blob.double_data()) *to++ = float(v);
-      else
-        std::copy(blob.data().begin(), blob.data().end(), to);
+      copy_blob_values(blob, values.data() + info.offset);
       if (loaded.insert(&info).second) report.loaded.push_back(info.name);
     }
   }

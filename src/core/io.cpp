@@ -7,6 +7,7 @@
 
 #include "lamina/common.hpp"
 #include "lamina/file_access.hpp"
+#include "lamina/upgrade_v1.hpp"
 
 namespace lamina {
 namespace {
@@ -68,7 +69,7 @@ std::string resolve_path(const std::string& path, const std::string& relative_to
 }
 
 NetParameter parse_net_parameter(const std::string& text, const std::string& source) {
-  return parse<NetParameter>(text, source, "net");
+  return upgrade_v1_net(parse<NetParameter>(text, source, "net"), source);
 }
 
 SolverParameter parse_solver_parameter(const std::string& text, const std::string& source) {

@@ -145,7 +145,7 @@ void assign_keys(std::vector<FlatLayer>& flat) {
 // 1.
 void flatten_layers(const NetParameter& param, const std::string& net_name,
                     const NetState& state, NetPlan& plan) {
-  if (param.layers_size() > 0)  // Caffe's V1 syntax: upgraded (upgrade_v1.hpp)
+  if (param.layers_size() > 0)  // Caffe's V1 syntax in a net made in code (files: io.hpp)
     return flatten_layers(upgrade_v1_net(param, plan.source), net_name, state, plan);
   if (std::optional<LayerParameter> input = input_header_layer(param, plan.source))
     plan.flat.push_back(FlatLayer{std::move(*input), {}, {}});

@@ -5,7 +5,6 @@
 #include <cctype>
 
 #include "lamina/common.hpp"
-#include "lamina/upgrade_v1.hpp"
 
 namespace lamina {
 
@@ -34,8 +33,7 @@ Precision parse_precision(const std::string& text, const std::string& option) {
   return p;
 }
 
-void set_default_precision(NetParameter& net, Precision p, const std::string& source) {
-  if (net.layers_size() > 0) net = upgrade_v1_net(net, source);  // V1 layers take it too
+void set_default_precision(NetParameter& net, Precision p) {
   for (LayerParameter& layer : *net.mutable_layer())
     if (!layer.has_precision()) layer.set_precision(p);
 }

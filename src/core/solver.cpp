@@ -70,7 +70,7 @@ Solver::Solver(const SolverParameter& param, const SolverNets& nets, Backend& ba
   // display iterations (step), the test nets every pass, as Caffe's solver does.
   auto prepared = [&](const SolverNet& net) {
     NetParameter p = net.param;
-    set_default_precision(p, param.precision(), net.source);
+    set_default_precision(p, param.precision());
     if (param.debug_info()) p.set_debug_info(true);
     return p;
   };

@@ -10,6 +10,7 @@
 #include "lamina/io.hpp"
 #include "lamina/net_state.hpp"
 #include "lamina/solver_config.hpp"
+#include "lamina/upgrade_v1.hpp"
 
 namespace lamina {
 namespace {
@@ -37,6 +38,12 @@ class NetFields {
     return SolverNet{read_net_parameter(resolved), resolved, origin + " '" + resolved + "'"};
   }
 
+  // A net written in the solver, upgraded from Caffe's V1 syntax as a net file is when read
+  // (io.hpp); field names it.
+  static SolverNet written_here(const NetParameter& param, const std::string& field) {
+    return SolverNet{upgrade_v1_net(param, field), {}, field};
+  }
+
   SolverNets resolve(const std::optional<GeneralNet>& given) const {
     SolverNets nets;
     const std::optional<GeneralNet> general = given ? given : own_general_net();
@@ -47,9 +54,9 @@ class NetFields {
 
  private:
   std::optional<GeneralNet> own_general_net() const {
-    if (p_.has_net_param()) return GeneralNet{p_.net_param(), {}, "net_param"};
-    if (!p_.has_net()) return {};
-    SolverNet net = read(p_.net(), "net file");
+    if (!p_.has_net_param() && !p_.has_net()) return {};
+    SolverNet net = p_.has_net_param() ? written_here(p_.net_param(), "net_param")
+                                       : read(p_.net(), "net file");
     return GeneralNet{std::move(net.param), net.source, net.origin};
   }
 
@@ -82,7 +89,7 @@ class NetFields {
     if (general) {
       train = SolverNet{general->param, general->source, general->origin};
     } else if (p_.has_train_net_param()) {
-      train = SolverNet{p_.train_net_param(), {}, "train_net_param"};
+      train = written_here(p_.train_net_param(), "train_net_param");
     } else {
       train = read(p_.train_net(), "train_net file");
     }
@@ -115,7 +122,7 @@ class NetFields {
                      "that order (each test_iter after those tests the general net once more)");
     }
     for (int i = 0; i < p_.test_net_param_size(); ++i)
-      out.push_back(SolverNet{p_.test_net_param(i), {}, "test_net_param #" + std::to_string(i)});
+      out.push_back(written_here(p_.test_net_param(i), "test_net_param #" + std::to_string(i)));
     for (int i = 0; i < p_.test_net_size(); ++i)
       out.push_back(read(p_.test_net(i), "test_net file"));
     while (general && int(out.size()) < iters)
@@ -161,9 +168,8 @@ SolverNets solver_nets(const SolverParameter& p, const std::string& solver_path)
 
 SolverNets solver_nets(const SolverParameter& p, const NetParameter& net,
                        const std::string& source) {
-  return NetFields(p, {}, source).resolve(GeneralNet{net, source, source.empty()
-                                                                     ? "the net given"
-                                                                     : "net '" + source + "'"});
+  const std::string origin = source.empty() ? "the net given" : "net '" + source + "'";
+  return NetFields(p, {}, source).resolve(GeneralNet{upgrade_v1_net(net, source), source, origin});
 }
 
 }  // namespace lamina

@@ -3,6 +3,7 @@
 
 #include <glog/logging.h>
 
+#include <utility>
 #include <vector>
 
 #include "lamina/common.hpp"
@@ -21,11 +22,16 @@ ParamSpec& spec(LayerParameter& layer, int k) {
 // Data layers of V1 nets kept their transforms in their own message (scale, mean_file,
 // crop_size, mirror); Caffe moves them into transform_param.
 template <class DataMessage>
-void move_transform_fields(DataMessage& from, TransformationParameter& to) {
+void copy_transform_fields(const DataMessage& from, TransformationParameter& to) {
   if (from.has_scale()) to.set_scale(from.scale());
   if (from.has_mean_file()) to.set_mean_file(from.mean_file());
   if (from.has_crop_size()) to.set_crop_size(from.crop_size());
   if (from.has_mirror()) to.set_mirror(from.mirror());
+}
+
+template <class DataMessage>
+void move_transform_fields(DataMessage& from, TransformationParameter& to) {
+  copy_transform_fields(from, to);
   from.clear_scale();
   from.clear_mean_file();
   from.clear_crop_size();
@@ -33,6 +39,10 @@ void move_transform_fields(DataMessage& from, TransformationParameter& to) {
 }
 
 }  // namespace
+
+void copy_data_transform_fields(const DataParameter& from, TransformationParameter& to) {
+  copy_transform_fields(from, to);
+}
 
 const char* v1_layer_type(V1LayerParameter::LayerType type) {
   switch (type) {
@@ -80,7 +90,7 @@ const char* v1_layer_type(V1LayerParameter::LayerType type) {
   return "";  // not reached: the parser accepts only the enum's values
 }
 
-LayerParameter upgrade_v1_layer(const V1LayerParameter& v1) {
+LayerParameter upgrade_v1_layer(V1LayerParameter v1) {
   LayerParameter layer;
   if (v1.has_name()) layer.set_name(v1.name());
   if (v1.has_type()) layer.set_type(v1_layer_type(v1.type()));
@@ -88,7 +98,7 @@ LayerParameter upgrade_v1_layer(const V1LayerParameter& v1) {
   *layer.mutable_top() = v1.top();
   *layer.mutable_include() = v1.include();
   *layer.mutable_exclude() = v1.exclude();
-  *layer.mutable_blobs() = v1.blobs();
+  layer.mutable_blobs()->Swap(v1.mutable_blobs());  // moved: a .caffemodel's weights
   *layer.mutable_loss_weight() = v1.loss_weight();
   for (int k = 0; k < v1.param_size(); ++k) spec(layer, k).set_name(v1.param(k));
   for (int k = 0; k < v1.blob_share_mode_size(); ++k)
@@ -123,19 +133,19 @@ LayerParameter upgrade_v1_layer(const V1LayerParameter& v1) {
   return layer;
 }
 
-NetParameter upgrade_v1_net(const NetParameter& net, const std::string& source) {
+NetParameter upgrade_v1_net(NetParameter net, const std::string& source) {
   if (net.layers_size() == 0) return net;
   const std::string where = source.empty() ? std::string("net") : source;
   LAMINA_REQUIRE(net.layer_size() == 0, where, ": the net '", net.name(), "' has both `layer` "
                  "(", net.layer_size(), ") and Caffe's V1 `layers` (", net.layers_size(),
                  "); write every layer in one syntax (Caffe's upgrade_net_proto_text turns "
                  "`layers` into `layer`)");
-  NetParameter upgraded = net;
-  upgraded.clear_layers();
-  for (const V1LayerParameter& v1 : net.layers()) *upgraded.add_layer() = upgrade_v1_layer(v1);
+  pb::RepeatedPtrField<V1LayerParameter> v1_layers;
+  v1_layers.Swap(net.mutable_layers());
+  for (V1LayerParameter& v1 : v1_layers) *net.add_layer() = upgrade_v1_layer(std::move(v1));
   LOG(INFO) << where << ": upgraded the net '" << net.name() << "' from Caffe's V1 syntax ("
-            << net.layers_size() << " `layers` to `layer`)";
-  return upgraded;
+            << v1_layers.size() << " `layers` to `layer`)";
+  return net;
 }
 
 }  // namespace lamina

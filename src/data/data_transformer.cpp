@@ -1,8 +1,8 @@
 // Caffe's transforms of raw Datums (data_transformer.hpp).
 #include "lamina/data_transformer.hpp"
 
+#include "lamina/blob_proto.hpp"
 #include "lamina/counter_rng.hpp"
-#include "lamina/file_access.hpp"
 
 namespace lamina {
 namespace {
@@ -10,42 +10,26 @@ namespace {
 // Counter values per example: mirror, h_off, w_off.
 constexpr uint64_t kDrawsPerExample = 3;
 
-std::string shape_text(const DatumShape& s) {
-  return "(" + std::to_string(s.channels) + ", " + std::to_string(s.height) + ", " +
-         std::to_string(s.width) + ")";
-}
-
 }  // namespace
 
 std::vector<float> read_mean_blob(const std::string& path, const std::string& what,
                                   DatumShape& shape) {
-  InputFile file(path, what, "(make one with `lamina compute_image_mean DB MEAN.binaryproto`)");
-  BlobProto proto;
-  LAMINA_REQUIRE(proto.ParseFromString(file.read_all(int64_t{1} << 32)), file.prefix(),
-                 "is not a BlobProto (Caffe's binary .binaryproto format)");
-  Shape dims;
-  if (proto.has_num() || proto.has_channels() || proto.has_height() || proto.has_width()) {
-    dims = {proto.num(), proto.channels(), proto.height(), proto.width()};
-  } else {
-    dims.assign(proto.shape().dim().begin(), proto.shape().dim().end());
-  }
+  const BlobFile blob = read_blob_proto(path, what, int64_t{1} << 32, "(make one with `lamina "
+                                        "compute_image_mean DB MEAN.binaryproto`)");
+  const Shape& dims = blob.shape;
   Shape chw(3, 1);  // the last three dimensions; those before must be 1 (num 1)
   bool leading_ones = dims.size() <= 4;
   for (size_t i = 0; i < dims.size(); ++i) {
     if (i + 3 >= dims.size()) chw[i + 3 - dims.size()] = dims[i];
     else leading_ones = leading_ones && dims[i] == 1;
   }
-  LAMINA_REQUIRE(leading_ones && chw[0] > 0 && chw[1] > 0 && chw[2] > 0, file.prefix(),
+  LAMINA_REQUIRE(leading_ones && chw[0] > 0 && chw[1] > 0 && chw[2] > 0, blob.prefix,
                  "has shape ", shape_string(dims), "; a mean image is (1, C, H, W)");
   shape = {chw[0], chw[1], chw[2]};
-  const bool doubles = proto.double_data_size() > 0;
-  const int64_t stored = doubles ? proto.double_data_size() : proto.data_size();
-  LAMINA_REQUIRE(stored == shape.count(), file.prefix(), "holds ", stored,
+  const int64_t stored = int64_t(blob.values.size());
+  LAMINA_REQUIRE(stored == shape.count(), blob.prefix, "holds ", stored,
                  " values, but its shape ", shape_string(dims), " has ", shape.count());
-  std::vector<float> values(static_cast<size_t>(stored));
-  for (int64_t i = 0; i < stored; ++i)
-    values[i] = doubles ? float(proto.double_data(int(i))) : proto.data(int(i));
-  return values;
+  return blob.values;
 }
 
 DataTransformer::DataTransformer(const TransformationParameter& param, Phase phase,
@@ -56,7 +40,6 @@ DataTransformer::DataTransformer(const TransformationParameter& param, Phase pha
   if (param.has_mean_file()) {
     mean_ = read_mean_blob(param.mean_file(), "mean file (transform_param.mean_file)",
                            mean_shape_);
-    mean_image_ = true;
   } else {
     mean_.assign(param.mean_value().begin(), param.mean_value().end());
   }
@@ -67,11 +50,11 @@ DatumShape DataTransformer::set_input(const DatumShape& in) {
   LAMINA_REQUIRE(crop <= in.height && crop <= in.width, where_, "transform_param.crop_size ",
                  crop, " is larger than the images, ", in.height, " x ", in.width,
                  " (height x width); crop_size must be at most ", std::min(in.height, in.width));
-  LAMINA_REQUIRE(!mean_image_ || mean_shape_ == in, where_, "the mean file '",
-                 param_.mean_file(), "' is ", shape_text(mean_shape_),
-                 " (C, H, W), but the images are ", shape_text(in),
+  LAMINA_REQUIRE(!param_.has_mean_file() || mean_shape_ == in, where_, "the mean file '",
+                 param_.mean_file(), "' is ", shape_string(mean_shape_.shape()),
+                 " (C, H, W), but the images are ", shape_string(in.shape()),
                  "; compute the mean of this data (lamina compute_image_mean)");
-  LAMINA_REQUIRE(mean_image_ || mean_.size() <= 1 || int64_t(mean_.size()) == in.channels,
+  LAMINA_REQUIRE(param_.has_mean_file() || mean_.size() <= 1 || int64_t(mean_.size()) == in.channels,
                  where_, "transform_param has ", mean_.size(), " mean_value entries for ",
                  in.channels, " channels; give one value, or one per channel");
   in_ = in;
@@ -107,9 +90,10 @@ template <class Value>
 void DataTransformer::transform_values(const Value* in, const TransformDraw& draw,
                                        float* out) const {
   const float scale = param_.scale();
+  const bool mean_image = param_.has_mean_file();  // else mean_ holds mean_value
   const int64_t H = in_.height, W = in_.width, h_out = out_.height, w_out = out_.width;
   for (int64_t c = 0; c < in_.channels; ++c) {
-    const float channel_mean = mean_image_ || mean_.empty() ? 0.0f
+    const float channel_mean = mean_image || mean_.empty() ? 0.0f
                                : mean_.size() == 1          ? mean_[0]
                                                             : mean_[c];
     for (int64_t h = 0; h < h_out; ++h) {
@@ -117,7 +101,7 @@ void DataTransformer::transform_values(const Value* in, const TransformDraw& dra
       float* dst = out + (c * h_out + h) * w_out;
       for (int64_t w = 0; w < w_out; ++w) {
         const int64_t src = row + (draw.mirror ? w_out - 1 - w : w);
-        const float mean = mean_image_ ? mean_[src] : channel_mean;
+        const float mean = mean_image ? mean_[src] : channel_mean;
         dst[w] = (float(in[src]) - mean) * scale;
       }
     }

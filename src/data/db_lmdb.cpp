@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "db_backends.hpp"
 #include "lamina/common.hpp"
@@ -30,55 +31,55 @@ void check(int rc, const std::string& path, const char* what) {
                                                          : "");
 }
 
-// An environment, closed by its owner.
+// Owners of LMDB's handles: an environment is closed, a transaction aborted (unless
+// released to mdb_txn_commit), a cursor closed.
+struct EnvClose {
+  void operator()(MDB_env* env) const { mdb_env_close(env); }
+};
+struct TxnAbort {
+  void operator()(MDB_txn* txn) const { mdb_txn_abort(txn); }
+};
+struct CursorClose {
+  void operator()(MDB_cursor* cursor) const { mdb_cursor_close(cursor); }
+};
+using TxnPtr = std::unique_ptr<MDB_txn, TxnAbort>;
+
+// A transaction of env begun with flags, or an Error.
+TxnPtr begin_txn(MDB_env* env, unsigned flags, const std::string& path) {
+  MDB_txn* txn = nullptr;
+  check(mdb_txn_begin(env, nullptr, flags, &txn), path, "mdb_txn_begin");
+  return TxnPtr(txn);
+}
+
+// An environment opened at path.
 class Env {
  public:
   Env(const std::string& path, unsigned flags, size_t map_bytes) : path_(path) {
-    check(mdb_env_create(&env_), path, "mdb_env_create");
-    int rc = map_bytes > 0 ? mdb_env_set_mapsize(env_, map_bytes) : MDB_SUCCESS;
-    if (rc != MDB_SUCCESS) {
-      mdb_env_close(env_);
-      check(rc, path, "mdb_env_set_mapsize");
-    }
-    rc = mdb_env_open(env_, path.c_str(), flags, 0664);
-    if (rc != MDB_SUCCESS) {
-      mdb_env_close(env_);
-      check(rc, path, "opening");
-    }
+    MDB_env* env = nullptr;
+    check(mdb_env_create(&env), path, "mdb_env_create");
+    env_.reset(env);
+    if (map_bytes > 0) check(mdb_env_set_mapsize(env, map_bytes), path, "mdb_env_set_mapsize");
+    check(mdb_env_open(env, path.c_str(), flags, 0664), path, "opening");
   }
-  ~Env() { mdb_env_close(env_); }
-  Env(const Env&) = delete;
-  Env& operator=(const Env&) = delete;
-  MDB_env* get() const { return env_; }
+  MDB_env* get() const { return env_.get(); }
   const std::string& path() const { return path_; }
 
  private:
-  MDB_env* env_ = nullptr;
+  std::unique_ptr<MDB_env, EnvClose> env_;
   std::string path_;
 };
 
 class LmdbCursor final : public DbCursor {
  public:
-  explicit LmdbCursor(const Env& env) : path_(env.path()) {
-    check(mdb_txn_begin(env.get(), nullptr, MDB_RDONLY, &txn_), path_, "mdb_txn_begin");
+  explicit LmdbCursor(const Env& env)
+      : path_(env.path()), txn_(begin_txn(env.get(), MDB_RDONLY, path_)) {
     MDB_dbi dbi = 0;
-    int rc = mdb_dbi_open(txn_, nullptr, 0, &dbi);
-    if (rc == MDB_SUCCESS) rc = mdb_cursor_open(txn_, dbi, &cursor_);
-    if (rc != MDB_SUCCESS) {
-      mdb_txn_abort(txn_);
-      check(rc, path_, "opening a cursor");
-    }
-    try {
-      seek_to_first();
-    } catch (...) {  // a corrupt database: the destructor will not run
-      mdb_cursor_close(cursor_);
-      mdb_txn_abort(txn_);
-      throw;
-    }
-  }
-  ~LmdbCursor() override {
-    mdb_cursor_close(cursor_);
-    mdb_txn_abort(txn_);
+    MDB_cursor* cursor = nullptr;
+    int rc = mdb_dbi_open(txn_.get(), nullptr, 0, &dbi);
+    if (rc == MDB_SUCCESS) rc = mdb_cursor_open(txn_.get(), dbi, &cursor);
+    check(rc, path_, "opening a cursor");
+    cursor_.reset(cursor);
+    seek_to_first();
   }
   bool valid() const override { return valid_; }
   std::string_view key() const override { return view(key_); }
@@ -88,14 +89,14 @@ class LmdbCursor final : public DbCursor {
 
  private:
   void move(MDB_cursor_op op) {
-    const int rc = mdb_cursor_get(cursor_, &key_, &value_, op);
+    const int rc = mdb_cursor_get(cursor_.get(), &key_, &value_, op);
     valid_ = rc == MDB_SUCCESS;
     if (rc != MDB_NOTFOUND) check(rc, path_, "reading a record");
   }
 
   std::string path_;
-  MDB_txn* txn_ = nullptr;
-  MDB_cursor* cursor_ = nullptr;
+  TxnPtr txn_;
+  std::unique_ptr<MDB_cursor, CursorClose> cursor_;  // after txn_: closed before it ends
   MDB_val key_{}, value_{};
   bool valid_ = false;
 };
@@ -117,23 +118,19 @@ class LmdbReader final : public DbReader {
 class LmdbWriter final : public DbWriter {
  public:
   explicit LmdbWriter(const std::string& path) : env_(make_directory(path), 0, kMapBytes) {}
-  ~LmdbWriter() override {
-    if (txn_) mdb_txn_abort(txn_);
-  }
   void put(std::string_view key, std::string_view value) override {
     if (!txn_) {
-      check(mdb_txn_begin(env_.get(), nullptr, 0, &txn_), env_.path(), "mdb_txn_begin");
-      check(mdb_dbi_open(txn_, nullptr, 0, &dbi_), env_.path(), "mdb_dbi_open");
+      txn_ = begin_txn(env_.get(), 0, env_.path());
+      check(mdb_dbi_open(txn_.get(), nullptr, 0, &dbi_), env_.path(), "mdb_dbi_open");
     }
     MDB_val k{key.size(), const_cast<char*>(key.data())};
     MDB_val v{value.size(), const_cast<char*>(value.data())};
-    check(mdb_put(txn_, dbi_, &k, &v, 0), env_.path(), "mdb_put");
+    check(mdb_put(txn_.get(), dbi_, &k, &v, 0), env_.path(), "mdb_put");
   }
   void commit() override {
     if (!txn_) return;
-    MDB_txn* txn = txn_;
-    txn_ = nullptr;  // mdb_txn_commit frees it, whatever it returns
-    check(mdb_txn_commit(txn), env_.path(), "mdb_txn_commit");
+    // Released: mdb_txn_commit frees the transaction, whatever it returns.
+    check(mdb_txn_commit(txn_.release()), env_.path(), "mdb_txn_commit");
   }
 
  private:
@@ -145,7 +142,7 @@ class LmdbWriter final : public DbWriter {
   }
 
   Env env_;
-  MDB_txn* txn_ = nullptr;
+  TxnPtr txn_;  // the open transaction, aborted if never committed (before env_ closes)
   MDB_dbi dbi_ = 0;
 };
 

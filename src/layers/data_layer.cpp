@@ -30,6 +30,7 @@
 #include "lamina/data_transformer.hpp"
 #include "lamina/database.hpp"
 #include "lamina/registry.hpp"
+#include "lamina/upgrade_v1.hpp"
 
 namespace lamina {
 namespace {
@@ -42,7 +43,6 @@ constexpr int kMaxThreads = 4;
 class DataLayer final : public Layer {
  public:
   using Layer::Layer;
-  ~DataLayer() override { prefetcher_.reset(); }  // its threads use the members below
 
   std::vector<std::string> parameter_messages() const override {
     return {"data_param", "transform_param"};
@@ -78,9 +78,11 @@ class DataLayer final : public Layer {
     top[0]->reshape({batch_, example_.channels, example_.height, example_.width});
     labels_ = top.size() > 1;
     if (labels_) top[1]->reshape({batch_});
-    skip_ = p.rand_skip() > 0 ? int64_t(counter_hash(seed_, kSkipCounter) % p.rand_skip()) : 0;
-    if (skip_ > 0) LOG(INFO) << where() << "skipping the first " << skip_ << " records";
-    restart(skip_);
+    // rand_skip's draw: the stream's start
+    const int64_t skip =
+        p.rand_skip() > 0 ? int64_t(counter_hash(seed_, kSkipCounter) % p.rand_skip()) : 0;
+    if (skip > 0) LOG(INFO) << where() << "skipping the first " << skip << " records";
+    restart(skip);
   }
 
   void forward(const Tensors& /*bottom*/, const Tensors& top) override {
@@ -113,9 +115,9 @@ class DataLayer final : public Layer {
   void set_state(const std::vector<int64_t>& state) override {
     LAMINA_REQUIRE(state.size() == 3, where(), "the snapshot holds ", state.size(),
                    " state values; Data keeps 3 (seed, position, records)");
-    LAMINA_REQUIRE(state[2] == records_, where(), "the snapshot was taken with ", state[2],
-                   " records, but ", db_name(param_.data_param().source(), kind()), " holds ",
-                   records_, "; resume with the same database");
+    LAMINA_REQUIRE(state[2] == records_, source_, ": the snapshot was taken with ", state[2],
+                   " records, but the database holds ", records_, "; resume with the same "
+                   "database");
     LAMINA_REQUIRE(state[1] >= 0, where(), "the snapshot's position ", state[1],
                    " is impossible");
     prefetcher_.reset();  // its threads read seed_
@@ -124,20 +126,12 @@ class DataLayer final : public Layer {
   }
 
  private:
-  DbKind kind() const {
-    return param_.data_param().backend() == DataParameter::LMDB ? DbKind::kLmdb
-                                                                 : DbKind::kLevelDb;
-  }
   int64_t stride() const { return batch_ * workers_; }
 
   // transform_param, with data_param's older fields moved in (Caffe's upgrade).
   TransformationParameter transform_param() const {
-    const DataParameter& p = param_.data_param();
     TransformationParameter t = param_.transform_param();
-    if (p.has_scale()) t.set_scale(p.scale());
-    if (p.has_mean_file()) t.set_mean_file(p.mean_file());
-    if (p.has_crop_size()) t.set_crop_size(p.crop_size());
-    if (p.has_mirror()) t.set_mirror(p.mirror());
+    copy_data_transform_fields(param_.data_param(), t);
     return t;
   }
 
@@ -203,7 +197,6 @@ class DataLayer final : public Layer {
 
   int64_t batch_ = 0;        // N, this worker's rows
   int64_t records_ = 0;      // in the database
-  int64_t skip_ = 0;         // rand_skip's draw: the stream's start
   int64_t position_ = 0;     // stream position of the next pass's first row of the job
   int64_t workers_ = 1, rank_ = 0;
   bool labels_ = false;

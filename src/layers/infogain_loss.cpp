@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "lamina/file_access.hpp"
+#include "lamina/blob_proto.hpp"
 #include "lamina/layer.hpp"
 #include "lamina/registry.hpp"
 #include "layers/class_rows.hpp"
@@ -35,32 +35,14 @@ bool holds_square(const Shape& shape, int64_t classes) {
 }
 
 // H from a BlobProto file: its shape and values. Errors name the file and what is wrong.
-struct Matrix {
-  Shape shape;
-  std::vector<float> values;
-};
-
-Matrix read_blob_proto(const std::string& path, int64_t classes) {
-  InputFile file(path, "infogain matrix file (infogain_loss_param.source)");
+BlobFile read_matrix(const std::string& path, int64_t classes) {
   // C x C doubles and the message's few fields: anything larger is not this matrix.
-  const int64_t bound = classes * classes * int64_t(sizeof(double)) + 1024;
-  BlobProto proto;
-  LAMINA_REQUIRE(proto.ParseFromString(file.read_all(bound)), file.prefix(),
-                 "is not a BlobProto (Caffe's binary .binaryproto format)");
-  Matrix m;
-  if (proto.has_num() || proto.has_channels() || proto.has_height() || proto.has_width()) {
-    m.shape = {proto.num(), proto.channels(), proto.height(), proto.width()};
-  } else {
-    m.shape.assign(proto.shape().dim().begin(), proto.shape().dim().end());
-  }
-  const bool doubles = proto.double_data_size() > 0;
-  const int64_t stored = doubles ? proto.double_data_size() : proto.data_size();
-  LAMINA_REQUIRE(stored == shape_count(m.shape), file.prefix(), "holds ", stored,
+  BlobFile m = read_blob_proto(path, "infogain matrix file (infogain_loss_param.source)",
+                               classes * classes * int64_t(sizeof(double)) + 1024);
+  const int64_t stored = int64_t(m.values.size());
+  LAMINA_REQUIRE(stored == shape_count(m.shape), m.prefix, "holds ", stored,
                  " values, but its shape ", shape_string(m.shape), " has ",
                  shape_count(m.shape));
-  m.values.resize(size_t(stored));
-  for (int64_t i = 0; i < stored; ++i)
-    m.values[i] = doubles ? static_cast<float>(proto.double_data(i)) : proto.data(i);
   return m;
 }
 
@@ -139,9 +121,9 @@ class InfogainLossLayer : public LabelledLoss {
     LAMINA_REQUIRE(!source.empty(), where(), "needs the infogain matrix H (", c, ", ", c,
                    "): set infogain_loss_param.source to a BlobProto file holding it, or give "
                    "it as a third bottom");
-    Matrix m;
+    BlobFile m;
     try {
-      m = read_blob_proto(source, c);
+      m = read_matrix(source, c);
     } catch (const Error& e) {
       fail(where(), e.what());
     }
