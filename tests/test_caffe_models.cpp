@@ -359,10 +359,6 @@ constexpr const char* kDataLayer = R"(
   layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN }
           transform_param { scale: 0.00390625 }
           data_param { source: "examples/mnist/mnist_train_lmdb" batch_size: 64 backend: LMDB } })";
-// Weights carried in the net file (Caffe's V1 syntax is upgraded: test_caffe_weights).
-const std::string kInlineBlobs = std::string(kInput) + R"(
-  layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
-          inner_product_param { num_output: 2 } blobs { shape { dim: 2 dim: 64 } } })";
 constexpr const char* kImageDataType = R"(
   layer { name: "images" type: "ImageData" top: "data" top: "label" include { phase: TRAIN } })";
 
@@ -374,7 +370,6 @@ INSTANTIATE_TEST_SUITE_P(
                     "pooling_param"},
         Unsupported{"Caffe's Data layer without its database", kDataLayer,
                     "layer 'mnist' (Data): LMDB database 'examples/mnist/mnist_train_lmdb'"},
-        Unsupported{"blobs in the net file", kInlineBlobs.c_str(), "carries 1 blobs"},
         Unsupported{"Caffe's ImageData layer type", kImageDataType, "'ImageData'"}),
     [](const ::testing::TestParamInfo<Unsupported>& info) {
       std::string name;
