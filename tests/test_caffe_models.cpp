@@ -7,6 +7,8 @@
 //   Scale, Concat, Eltwise, Dropout, global average pooling) builds and runs forward and
 //   backward, and learns a fixed batch.
 // - Caffe fields Lamina does not implement are errors that name the field or the type.
+// - models/fashion_mnist/lenet_lmdb_train.prototxt reads, in both phases, the LMDB that
+//   `lamina convert_mnist` makes of Fashion-MNIST's IDX files: the records in IDX order.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "lamina/data_tools.hpp"
+#include "lamina/idx.hpp"
 #include "lamina/io.hpp"
 #include "lamina/native_backend.hpp"
 #include "lamina/net.hpp"
@@ -355,10 +359,6 @@ constexpr const char* kDataLayer = R"(
   layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN }
           transform_param { scale: 0.00390625 }
           data_param { source: "examples/mnist/mnist_train_lmdb" batch_size: 64 backend: LMDB } })";
-// Weights carried in the net file (Caffe's V1 syntax is upgraded: test_caffe_weights).
-const std::string kInlineBlobs = std::string(kInput) + R"(
-  layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
-          inner_product_param { num_output: 2 } blobs { shape { dim: 2 dim: 64 } } })";
 constexpr const char* kImageDataType = R"(
   layer { name: "images" type: "ImageData" top: "data" top: "label" include { phase: TRAIN } })";
 
@@ -370,7 +370,6 @@ INSTANTIATE_TEST_SUITE_P(
                     "pooling_param"},
         Unsupported{"Caffe's Data layer without its database", kDataLayer,
                     "layer 'mnist' (Data): LMDB database 'examples/mnist/mnist_train_lmdb'"},
-        Unsupported{"blobs in the net file", kInlineBlobs.c_str(), "carries 1 blobs"},
         Unsupported{"Caffe's ImageData layer type", kImageDataType, "'ImageData'"}),
     [](const ::testing::TestParamInfo<Unsupported>& info) {
       std::string name;
@@ -394,6 +393,44 @@ TEST(CaffeUnsupportedField, AnUnknownDataLayerTypeErrorListsTheDataLayers) {
   });
   EXPECT_THAT(message, AllOf(HasSubstr("'ImageData'"), HasSubstr("MnistData"),
                              HasSubstr("HDF5Data")));
+}
+
+// The shipped Fashion-MNIST LMDB net (its Data layers pointed at an LMDB of the 10,000 test
+// images, made as scripts/make_fashion_lmdb.sh makes them) gives the IDX files' first
+// images and labels, scaled by 1/256, in both phases.
+TEST(ShippedModels, FashionLmdbNetReadsWhatConvertMnistWrites) {
+  const std::string idx = testing::source_dir() + "/data/fashion-mnist/t10k-";
+  if (!std::filesystem::exists(idx + "labels-idx1-ubyte.gz"))
+    GTEST_SKIP() << "no " << idx << "*.gz (install dataset-fashion-mnist, run "
+                 << "scripts/fetch_mnist.sh)";
+  testing::TempDir dir;
+  const std::string db = dir / "fashion_test_lmdb";
+  ASSERT_EQ(convert_mnist(idx + "images-idx3-ubyte", idx + "labels-idx1-ubyte", db,
+                          DbKind::kLmdb), 10000);
+  const IdxArray images = read_idx(idx + "images-idx3-ubyte");
+  const IdxArray labels = read_idx(idx + "labels-idx1-ubyte");
+  for (Phase phase : {TRAIN, TEST}) {
+    NetParameter param = read_net_parameter(testing::source_dir() +
+                                            "/models/fashion_mnist/lenet_lmdb_train.prototxt");
+    int data_layers = 0;
+    for (LayerParameter& layer : *param.mutable_layer()) {
+      if (layer.type() != "Data") continue;
+      EXPECT_EQ(layer.data_param().backend(), DataParameter::LMDB);
+      EXPECT_THAT(layer.data_param().source(), HasSubstr("data/fashion_"));
+      layer.mutable_data_param()->set_source(db);
+      ++data_layers;
+    }
+    ASSERT_EQ(data_layers, 2);
+    Net net(param, phase, native(), 1);
+    net.forward();
+    const int64_t n = phase == TRAIN ? 64 : 100;
+    ASSERT_EQ(net.blob("data").shape(), (Shape{n, 1, 28, 28}));
+    const std::vector<float> data = net.blob("data").copy_data_to_host();
+    const std::vector<float> label = net.blob("label").copy_data_to_host();
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(label[i], float(labels.values[i])) << i;
+    for (int64_t i = 0; i < n * 784; ++i)
+      ASSERT_EQ(data[i], float(images.values[i]) * 0.00390625f) << i;
+  }
 }
 
 }  // namespace

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "datum_db.hpp"
 #include "lamina/data_tools.hpp"
@@ -122,6 +124,18 @@ TEST(Database, MissingWrongKindCorruptAndExistingPathsAreErrorsNamingThePath) {
   testing::write_bytes(corrupt + "/data.mdb", std::string(16384, '\x5a'));
   EXPECT_THAT(error_of([&] { open_db(corrupt, DbKind::kLmdb)->cursor(); }),
               AllOf(HasSubstr("corrupt"), HasSubstr("LMDB")));
+}
+
+// Dimensions whose product passes int64 (2^31 - 1 each), or wraps to the 0 values held
+// (2^21 x 2^21 x 2^22 = 2^64), are refused before the product is taken.
+TEST(Datum, DimensionsBeyondWhatADatumHoldsAreErrors) {
+  Datum datum;
+  for (const auto& [c, h, w] : {std::tuple{INT_MAX, INT_MAX, INT_MAX},
+                                std::tuple{1 << 21, 1 << 21, 1 << 22}, std::tuple{2, 1 << 30, 1}})
+    EXPECT_THAT(error_of([&, c = c, h = h, w = w] {
+                  parse_raw_datum(datum_bytes(c, h, w, "", 0), "db", "k", datum);
+                }),
+                AllOf(HasSubstr("record 'k'"), HasSubstr("more than a Datum holds")));
 }
 
 TEST(Datum, BadRecordsAreErrorsNamingTheDatabaseAndTheKey) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "lamina/blob_proto.hpp"
 #include "lamina/net.hpp"
@@ -43,6 +44,18 @@ NetParameter read_caffemodel(const std::string& path);
 
 // Whether a file's blob fits a parameter's shape (see above).
 bool caffe_shapes_match(const Shape& param, const BlobProto& blob);
+
+// Each layer's parameters (net.layer(i).params()) as the arena's entries, in blob order.
+std::vector<std::vector<const ParamInfo*>> layer_params(Net& net);
+
+// Caffe's checks of one layer's blobs against its parameters (params, in blob order): as
+// many blobs as parameters, each holding as many values as its shape says, of its
+// parameter's shape (caffe_shapes_match). Errors start with where ("Caffe model 'x.caffemodel':
+// layer 'ip' (InnerProduct): "), say where the blobs are (holder: "file", "net file") and
+// both shapes, and end a wrong shape's message with hint.
+void check_layer_blobs(const LayerParameter& layer, const std::vector<const ParamInfo*>& params,
+                       const std::string& where, const std::string& holder,
+                       const std::string& hint = {});
 
 // Loads model's blobs (read from path) into net's weights. match: kFineTune as Caffe (the
 // net's layers the file lacks keep their fillers); kRequireAll: every layer of the net with

@@ -86,6 +86,33 @@ bool caffe_shapes_match(const Shape& param, const BlobProto& blob) {
   return shape == param || (shape.empty() && param == Shape{1});  // PReLU's shared ()
 }
 
+std::vector<std::vector<const ParamInfo*>> layer_params(Net& net) {
+  const ParamArena& arena = net.arena();
+  std::map<int64_t, const ParamInfo*> by_offset;
+  for (const ParamInfo& info : arena.table()) by_offset[info.offset] = &info;
+  std::vector<std::vector<const ParamInfo*>> params(net.num_layers());
+  for (int i = 0; i < net.num_layers(); ++i)
+    for (const Param& p : net.layer(i).params())
+      params[i].push_back(by_offset.at(p.tensor->data() - arena.data()));
+  return params;
+}
+
+void check_layer_blobs(const LayerParameter& layer, const std::vector<const ParamInfo*>& params,
+                       const std::string& where, const std::string& holder,
+                       const std::string& hint) {
+  LAMINA_REQUIRE(layer.blobs_size() == int(params.size()), where, "the ", holder, " has ",
+                 layer.blobs_size(), " blob(s) (", blob_shapes(layer), ") but the net's "
+                 "layer has ", params.size(), " parameter(s) (", param_shapes(params), ")");
+  for (int j = 0; j < layer.blobs_size(); ++j) {
+    const BlobProto& blob = layer.blobs(j);
+    check_blob(blob, where + "blob " + std::to_string(j) + " ");
+    LAMINA_REQUIRE(caffe_shapes_match(params[j]->shape, blob), where, "blob ", j,
+                   " has shape ", shape_string(blob_shape(blob)), " in the ", holder,
+                   " but its parameter '", params[j]->name, "' has shape ",
+                   shape_string(params[j]->shape), " in the net", hint);
+  }
+}
+
 NetParameter parse_caffemodel(const std::string& bytes, const std::string& source) {
   namespace io = google::protobuf::io;
   const std::string what = prefix_of(source);
@@ -123,18 +150,13 @@ WeightsLoadReport load_caffe_weights(Net& net, const NetParameter& model,
                                      bool allow_unmatched) {
   const std::string what = prefix_of(path);
   ParamArena& arena = net.arena();
-  std::map<int64_t, const ParamInfo*> by_offset;
-  for (const ParamInfo& info : arena.table()) by_offset[info.offset] = &info;
   // The net's layers by name, in order, each with its parameters in blob order.
   std::map<std::string, std::vector<int>> by_name;
-  std::vector<std::vector<const ParamInfo*>> params(net.num_layers());
+  const std::vector<std::vector<const ParamInfo*>> params = layer_params(net);
   std::vector<std::string> with_params;
   for (int i = 0; i < net.num_layers(); ++i) {
-    Layer& layer = net.layer(i);
-    by_name[layer.name()].push_back(i);
-    for (const Param& p : layer.params())
-      params[i].push_back(by_offset.at(p.tensor->data() - arena.data()));
-    if (!params[i].empty()) with_params.push_back(layer.name());
+    by_name[net.layer(i).name()].push_back(i);
+    if (!params[i].empty()) with_params.push_back(net.layer(i).name());
   }
 
   WeightsLoadReport report;
@@ -158,20 +180,12 @@ WeightsLoadReport load_caffe_weights(Net& net, const NetParameter& model,
     const Layer& layer = net.layer(i);
     const std::string where = what + "layer '" + layer.name() + "' (" + layer.type() + "): ";
     common = common || !params[i].empty();
-    LAMINA_REQUIRE(source.blobs_size() == int(params[i].size()), where, "the file has ",
-                   source.blobs_size(), " blob(s) (", blob_shapes(source), ") but the net's "
-                   "layer has ", params[i].size(), " parameter(s) (", param_shapes(params[i]),
-                   ")");
+    check_layer_blobs(source, params[i], where, "file", match == WeightsMatch::kFineTune
+                          ? "; rename the layer in the net to train it from its filler instead"
+                          : "");
     for (int j = 0; j < source.blobs_size(); ++j) {
-      const BlobProto& blob = source.blobs(j);
       const ParamInfo& info = *params[i][j];
-      LAMINA_REQUIRE(caffe_shapes_match(info.shape, blob), where, "blob ", j,
-                     " has shape ", shape_string(blob_shape(blob)), " in the file but its "
-                     "parameter '", info.name, "' has shape ", shape_string(info.shape),
-                     " in the net", match == WeightsMatch::kFineTune
-                         ? "; rename the layer in the net to train it from its filler instead"
-                         : "");
-      copy_blob_values(blob, values.data() + info.offset);
+      copy_blob_values(source.blobs(j), values.data() + info.offset);
       if (loaded.insert(&info).second) report.loaded.push_back(info.name);
     }
   }

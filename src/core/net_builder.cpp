@@ -11,6 +11,7 @@
 //   7. infer_backward    which layers need backward, and which bottoms get gradients
 //                        (Caffe's rules, force_backward, propagate_down)
 //   8. bind_params       build (or share) the parameter arena and bind every parameter
+//      load_net_file_blobs  the parameters the net file gives (LayerParameter.blobs)
 //   9. fuse_layers       a layer absorbs the layers after it (Linear + ReLU;
 //                        BatchNorm + Scale + ReLU)
 // Errors name the prototxt file, the line of the layer, its name and type (net.hpp).
@@ -21,6 +22,7 @@
 #include <random>
 #include <set>
 
+#include "lamina/caffe_weights.hpp"
 #include "lamina/counter_rng.hpp"
 #include "lamina/filler.hpp"
 #include "lamina/io.hpp"
@@ -90,9 +92,6 @@ void flatten(const LayerParameter& p, std::vector<int> path, const std::string& 
       fail(here(), e.what());
     }
   }
-  LAMINA_REQUIRE(p.blobs_size() == 0, here(), "it carries ", p.blobs_size(), " blobs (learned "
-                 "arrays) in the net file, which Lamina does not read; remove them and load "
-                 "the weights with --weights");
   if (p.type() != "Sequential") {
     LAMINA_REQUIRE(p.layer_size() == 0, here(), "only a Sequential container may hold layers");
     FlatLayer flat{p, path, {}};
@@ -104,6 +103,8 @@ void flatten(const LayerParameter& p, std::vector<int> path, const std::string& 
                      p.propagate_down_size() == 0,
                  here(), "a Sequential container takes name, bottom, top, include/exclude and "
                  "layer; put param, loss_weight and propagate_down on its children");
+  LAMINA_REQUIRE(p.blobs_size() == 0, here(), "a Sequential container has no parameters of "
+                 "its own; give its children the blobs");
   LAMINA_REQUIRE(p.layer_size() > 0, here(), "the Sequential container is empty");
   LAMINA_REQUIRE(p.bottom_size() <= 1 && p.top_size() <= 1, here(),
                  "a Sequential container has at most one bottom and one top");
@@ -478,6 +479,37 @@ void insert_conversions(NetPlan& plan) {
   plan.fp32_for_readers = std::move(out.fp32_for_readers);
 }
 
+// 8b. The values a net file gives its layers (LayerParameter.blobs: a NetParameter Caffe
+//     wrote, or one built in code) replace their fillers', as Caffe's Layer constructor
+//     does, after the checks a .caffemodel's blobs pass (caffe_weights.hpp). A parameter
+//     that layers share has the values of the first layer that declares it (Caffe's owner:
+//     its blobs, else its filler). A net viewing another net's arena keeps that net's values
+//     (Caffe's test nets take the train net's); its blobs are checked all the same.
+void load_net_file_blobs(Net& net, const NetPlan& plan, bool shared_arena) {
+  const auto carries = [](const FlatLayer& f) { return f.param.blobs_size() > 0; };
+  if (std::none_of(plan.flat.begin(), plan.flat.end(), carries)) return;
+  const std::vector<std::vector<const ParamInfo*>> params = layer_params(net);
+  for (size_t i = 0; i < plan.flat.size(); ++i) {
+    if (!carries(plan.flat[i])) continue;
+    const LayerParameter& p = plan.flat[i].param;
+    try {
+      check_layer_blobs(p, params[i], "layer '" + p.name() + "' (" + p.type() + "): ",
+                        "net file");
+    } catch (const Error& e) {
+      rethrow(plan, plan.flat[i], e);
+    }
+  }
+  if (shared_arena) return;
+  ParamArena& arena = net.arena();
+  std::vector<float> values = arena.to_host(arena.data());
+  std::set<const ParamInfo*> declared;
+  for (size_t i = 0; i < plan.flat.size(); ++i)
+    for (size_t j = 0; j < params[i].size(); ++j)
+      if (declared.insert(params[i][j]).second && carries(plan.flat[i]))
+        copy_blob_values(plan.flat[i].param.blobs(int(j)), values.data() + params[i][j]->offset);
+  arena.from_host(values, arena.data());
+}
+
 }  // namespace
 
 Net::Net(const NetParameter& param, Phase phase, Backend& backend, uint64_t seed,
@@ -509,7 +541,9 @@ void Net::build(const NetParameter& param, uint64_t seed, std::shared_ptr<ParamA
   collect_losses(plan);
   for (const FlatLayer& f : plan.flat) keys_.push_back(f.key);
   infer_backward(param.force_backward());
+  const bool shared_arena = shared != nullptr;
   bind_params(seed, std::move(shared));
+  load_net_file_blobs(*this, plan, shared_arena);
   fused_.assign(layers_.size(), false);
   if (fuse_) fuse_layers();
   for (size_t i = 0; i < layers_.size(); ++i)

@@ -25,6 +25,9 @@ DatumShape parse_raw_datum(std::string_view bytes, const std::string& source,
   LAMINA_REQUIRE(shape.channels > 0 && shape.height > 0 && shape.width > 0,
                  record_prefix(source, key), "has channels ", shape.channels, ", height ",
                  shape.height, ", width ", shape.width, "; each must be positive");
+  LAMINA_REQUIRE(shape.height * shape.width <= std::numeric_limits<int>::max() / shape.channels,
+                 record_prefix(source, key), "has channels x height x width ", shape.channels,
+                 " x ", shape.height, " x ", shape.width, ", more than a Datum holds (2^31 - 1)");
   const bool bytes_held = !datum.data().empty();
   const int64_t held = bytes_held ? int64_t(datum.data().size()) : datum.float_data_size();
   LAMINA_REQUIRE(held == shape.count(), record_prefix(source, key), "holds ", held,
