@@ -5,17 +5,21 @@
 // 60000 / batch full batches) and reports the median. Then, as `lamina time` does, it runs
 // the training net layer by layer with a synchronize after each layer and reports the
 // Convolution layers' forward + backward time against all layers' (the convolutions' share
-// of an iteration), with the rate the convolutions reach in GFLOP/s.
-//   lenet_bench [--batch-sizes 64,256] [--epochs 3] [--gpu N]
+// of an iteration), with the rate the convolutions reach in GFLOP/s. With --lmdb it also
+// times the same epochs reading the training set through a Data layer from an LMDB (made
+// from the IDX files by convert_mnist when missing) and prints the ratio to MnistData's.
+//   lenet_bench [--batch-sizes 64,256] [--epochs 3] [--gpu N] [--lmdb PATH]
 #include <CLI/CLI.hpp>
 #include <glog/logging.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <vector>
 
 #include "bench_util.hpp"
+#include "lamina/data_tools.hpp"
 
 namespace {
 
@@ -64,6 +68,25 @@ LayerTimes time_layers(lamina::Net& net, lamina::Backend& backend, int iteration
   return t;
 }
 
+// Replaces the TRAIN MnistData layer by a Data layer over the LMDB at `db`, with the same
+// tops, transform and batch size.
+void read_from_lmdb(lamina::mnist::Model& m, const std::string& db) {
+  for (lamina::LayerParameter& layer : *m.net.mutable_layer()) {
+    if (layer.type() != "MnistData" || layer.include_size() == 0 ||
+        layer.include(0).phase() != lamina::TRAIN)
+      continue;
+    const int batch = int(layer.mnist_data_param().batch_size());
+    layer.clear_mnist_data_param();
+    layer.set_type("Data");
+    lamina::DataParameter& p = *layer.mutable_data_param();
+    p.set_source(db);
+    p.set_backend(lamina::DataParameter::LMDB);
+    p.set_batch_size(batch);
+    return;
+  }
+  lamina::fail("the LeNet model has no TRAIN MnistData layer to replace");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,6 +101,9 @@ int main(int argc, char** argv) {
   app.add_option("--layer-iterations", layer_iterations,
                  "Iterations timed layer by layer for the convolutions' share")
       ->capture_default_str();
+  std::string lmdb;
+  app.add_option("--lmdb", lmdb,
+                 "Also time epochs reading the training set from this LMDB (Data layer)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -105,6 +131,24 @@ int main(int argc, char** argv) {
                   t.conv_ms, t.layers_ms,
                   100 * t.conv_ms / t.layers_ms, conv_flops(batch) / (1e6 * t.conv_ms));
       std::fflush(stdout);
+    }
+    if (!lmdb.empty()) {
+      if (!std::filesystem::exists(lmdb)) {
+        const std::string dir = o.model.data_dir;
+        lamina::convert_mnist(dir + "/train-images-idx3-ubyte", dir + "/train-labels-idx1-ubyte",
+                              lmdb, lamina::DbKind::kLmdb);
+      }
+      std::printf("%6s %14s %12s %8s\n", "batch", "MnistData_s", "LMDB_s", "ratio");
+      for (int batch : o.batch_sizes) {
+        const double resident = lamina::bench::time_epochs("lenet", batch, o, *backend)
+                                    .epoch_seconds;
+        const double from_db =
+            lamina::bench::time_epochs("lenet", batch, o, *backend, [&](auto& m) {
+              read_from_lmdb(m, lmdb);
+            }).epoch_seconds;
+        std::printf("%6d %14.4f %12.4f %8.3f\n", batch, resident, from_db, from_db / resident);
+        std::fflush(stdout);
+      }
     }
     std::printf("conv_share = Convolution layers' forward + backward / all layers' (timed layer "
                 "by layer, synchronized); us/iter = epoch_s / iters (update included); ops/step = "

@@ -36,10 +36,9 @@ class CoreForwardingBackend : public Backend {
   }
   void* allocate_pinned(size_t bytes) override { return inner_.allocate_pinned(bytes); }
   void deallocate_pinned(void* p) noexcept override { inner_.deallocate_pinned(p); }
-  void upload(size_t bytes, const void* src, void* dst) override {
-    inner_.upload(bytes, src, dst);
+  std::unique_ptr<UploadLane> make_upload_lane(int marks) override {
+    return inner_.make_upload_lane(marks);
   }
-  std::unique_ptr<UploadFence> make_fence() override { return inner_.make_fence(); }
   void zero(size_t bytes, void* p) override { inner_.zero(bytes, p); }
   void fill(int64_t n, float v, float* x) override { inner_.fill(n, v, x); }
   void synchronize() override { inner_.synchronize(); }
@@ -386,7 +385,8 @@ class ForwardingBackend : public CatalogueForwardingBackend {
 };
 
 // Counts what crosses between the host and the backend's memory: copy_to_host,
-// copy_from_host and upload (no other operation reads or writes host memory on a device).
+// copy_from_host and upload lanes' uploads (no other operation reads or writes host memory
+// on a device).
 // Wrap any backend (CUDA too) to show that a sequence of operations moves nothing, or
 // exactly what.
 class CountingBackend : public ForwardingBackend {
@@ -408,12 +408,30 @@ class CountingBackend : public ForwardingBackend {
     count(transfers_.from_host, bytes);
     inner_.copy_from_host(bytes, src, dst);
   }
-  void upload(size_t bytes, const void* src, void* dst) override {
-    count(transfers_.from_host, bytes);
-    inner_.upload(bytes, src, dst);
+  std::unique_ptr<UploadLane> make_upload_lane(int marks) override {
+    return std::make_unique<CountingLane>(*this, inner_.make_upload_lane(marks));
   }
 
  private:
+  // The inner lane, its uploads counted.
+  class CountingLane final : public UploadLane {
+   public:
+    CountingLane(CountingBackend& owner, std::unique_ptr<UploadLane> inner)
+        : owner_(owner), inner_(std::move(inner)) {}
+    void mark(int m) override { inner_->mark(m); }
+    void wait_for(int m) override { inner_->wait_for(m); }
+    void upload(size_t bytes, const void* src, void* dst) override {
+      owner_.count(owner_.transfers_.from_host, bytes);
+      inner_->upload(bytes, src, dst);
+    }
+    void join() override { inner_->join(); }
+    std::unique_ptr<UploadFence> make_fence() override { return inner_->make_fence(); }
+
+   private:
+    CountingBackend& owner_;
+    std::unique_ptr<UploadLane> inner_;
+  };
+
   void count(int64_t& direction, size_t bytes) {
     ++direction;
     transfers_.bytes += int64_t(bytes);

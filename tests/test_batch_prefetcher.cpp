@@ -16,25 +16,27 @@
 namespace lamina {
 namespace {
 
-// Row r of batch b: value 1000 b + r, label b.
-std::vector<HostBatch> buffers(Backend& backend, int count, int64_t rows) {
+// `count` buffers of `rows` rows, their fences from `lane`.
+std::vector<HostBatch> buffers(Backend& backend, UploadLane& lane, int count, int64_t rows) {
   std::vector<HostBatch> out{size_t(count)};
   for (HostBatch& b : out) {
     b.data = PinnedArray<float>(backend, size_t(rows));
     b.label = PinnedArray<float>(backend, size_t(rows));
-    b.fence = backend.make_fence();
+    b.fence = lane.make_fence();
   }
   return out;
 }
 
 TEST(BatchPrefetcher, BatchesInOrderWhateverTheThreadsAndBuffers) {
   NativeBackend backend;
+  std::unique_ptr<UploadLane> lane = backend.make_upload_lane(1);
   for (int threads : {1, 3, 8})
     for (int depth : {1, 2, 4})
       for (int64_t rows : {1, 7}) {
         SCOPED_TRACE(std::to_string(threads) + " threads, " + std::to_string(depth) +
                      " buffers, " + std::to_string(rows) + " rows");
-        std::vector<HostBatch> held = buffers(backend, depth, rows);
+        // Row r of batch b: value 1000 b + r, label b.
+        std::vector<HostBatch> held = buffers(backend, *lane, depth, rows);
         std::atomic<int> reading{0};
         std::atomic<int64_t> last_read{-1};
         std::atomic<bool> overlapped{false}, out_of_order{false};
@@ -69,7 +71,8 @@ TEST(BatchPrefetcher, BatchesInOrderWhateverTheThreadsAndBuffers) {
 
 TEST(BatchPrefetcher, ErrorsComeBackAtTheirBatchsTurn) {
   NativeBackend backend;
-  std::vector<HostBatch> held = buffers(backend, 3, 6);
+  std::unique_ptr<UploadLane> lane = backend.make_upload_lane(1);
+  std::vector<HostBatch> held = buffers(backend, *lane, 3, 6);
   BatchPrefetcher pool(
       held, 4, 6,
       [](int64_t b, RawRecords& records) {
@@ -119,7 +122,8 @@ class GateFence final : public UploadFence {
 TEST(BatchPrefetcher, ABufferIsNotFilledAgainBeforeItsFencePasses) {
   NativeBackend backend;
   std::atomic<bool> open{false};
-  std::vector<HostBatch> held = buffers(backend, 1, 1);
+  std::unique_ptr<UploadLane> lane = backend.make_upload_lane(1);
+  std::vector<HostBatch> held = buffers(backend, *lane, 1, 1);
   held[0].fence = std::make_unique<GateFence>(open);
   std::atomic<int64_t> read{0};
   BatchPrefetcher pool(

@@ -219,16 +219,38 @@ class CapturedOps {
   virtual bool valid() const = 0;
 };
 
-// Passes once the uploads issued before its last record() have run (Backend::upload), so
+// Passes once the uploads issued before its last record() have run (UploadLane::upload), so
 // the host may write their source memory again.
 class UploadFence {
  public:
   virtual ~UploadFence() = default;
-  // Marks the uploads issued so far on the backend.
+  // Marks the uploads issued so far on the lane.
   virtual void record() = 0;
   // Blocks the calling thread (any thread) until they have run. Passes at once if record()
   // was never called.
   virtual void wait() = 0;
+};
+
+// Uploads that run beside the operations (Backend::make_upload_lane; CUDA: a copy stream):
+// a data layer copies the batches of the passes to come from pinned host memory while the
+// device computes earlier passes. The caller orders them with marks: an upload into memory
+// that an earlier operation reads waits for a mark recorded after that operation; the
+// operations that read an upload are issued after join().
+class UploadLane {
+ public:
+  virtual ~UploadLane() = default;
+  // Records mark m (0 <= m < the lane's marks): the operations issued so far.
+  virtual void mark(int m) = 0;
+  // The uploads issued from now on wait for what mark m recorded (nothing if never recorded).
+  virtual void wait_for(int m) = 0;
+  // Copies from pinned host memory (Backend::allocate_pinned) to dst without the host
+  // waiting: pinned_src must stay unchanged until a fence recorded after it passes. Not
+  // while capturing (a recording would keep the address, not the values).
+  virtual void upload(size_t bytes, const void* pinned_src, void* dst) = 0;
+  // The operations issued from now on wait for the uploads issued so far.
+  virtual void join() = 0;
+  // A fence for this lane's uploads.
+  virtual std::unique_ptr<UploadFence> make_fence() = 0;
 };
 
 class Backend {
@@ -247,17 +269,14 @@ class Backend {
   virtual void fill(int64_t n, float value, float* x) = 0;
   virtual void synchronize() = 0;
   // Host memory for what a layer prepares on the host every pass (a data layer's batches):
-  // page-locked on CUDA, so that upload() from it is a copy the host does not wait for;
+  // page-locked on CUDA, so that an upload from it is a copy the host does not wait for;
   // ordinary memory elsewhere (the defaults).
   virtual void* allocate_pinned(size_t bytes);
   virtual void deallocate_pinned(void* p) noexcept;
-  // Copies from pinned host memory (allocate_pinned) to dst, in operation order, without
-  // waiting for the copy: pinned_src must stay unchanged until a fence recorded after it
-  // passes (make_fence). Not while capturing: a recording would keep the address, not the
-  // values. The default is copy_from_host, which has copied when it returns.
-  virtual void upload(size_t bytes, const void* pinned_src, void* dst);
-  // A fence for upload(); the default passes at once (the default upload has copied).
-  virtual std::unique_ptr<UploadFence> make_fence();
+  // A lane for uploads beside the operations, with `marks` marks. The default runs each
+  // upload in operation order with copy_from_host (which has copied when it returns), so
+  // its marks, joins and fences have nothing to do.
+  virtual std::unique_ptr<UploadLane> make_upload_lane(int marks);
 
   // ---- the arithmetic of products ----
   // gemm, linear_forward and conv_* compute in math(); every other operation in FP32. The

@@ -1,6 +1,7 @@
-// The Backend's defaults for pinned host memory and uploads (backend.hpp): ordinary memory,
-// copy_from_host, and a fence that passes at once, right for every backend whose
-// copy_from_host has copied when it returns.
+// The Backend's defaults for pinned host memory and upload lanes (backend.hpp): ordinary
+// memory, and a lane that uploads with copy_from_host in operation order, whose marks,
+// joins and fences have nothing to do: right for every backend whose copy_from_host has
+// copied when it returns.
 #include <cstdlib>
 
 #include "lamina/backend.hpp"
@@ -16,6 +17,21 @@ class PassedFence final : public UploadFence {
   void wait() override {}
 };
 
+class InOrderLane final : public UploadLane {
+ public:
+  explicit InOrderLane(Backend& backend) : backend_(backend) {}
+  void mark(int /*m*/) override {}
+  void wait_for(int /*m*/) override {}
+  void upload(size_t bytes, const void* pinned_src, void* dst) override {
+    backend_.copy_from_host(bytes, pinned_src, dst);
+  }
+  void join() override {}
+  std::unique_ptr<UploadFence> make_fence() override { return std::make_unique<PassedFence>(); }
+
+ private:
+  Backend& backend_;
+};
+
 }  // namespace
 
 void* Backend::allocate_pinned(size_t bytes) {
@@ -29,10 +45,8 @@ void* Backend::allocate_pinned(size_t bytes) {
 
 void Backend::deallocate_pinned(void* p) noexcept { std::free(p); }
 
-void Backend::upload(size_t bytes, const void* pinned_src, void* dst) {
-  copy_from_host(bytes, pinned_src, dst);
+std::unique_ptr<UploadLane> Backend::make_upload_lane(int /*marks*/) {
+  return std::make_unique<InOrderLane>(*this);
 }
-
-std::unique_ptr<UploadFence> Backend::make_fence() { return std::make_unique<PassedFence>(); }
 
 }  // namespace lamina

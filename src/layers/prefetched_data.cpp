@@ -29,17 +29,16 @@ void PrefetchedData::shape_stream(const Tensors& top, int64_t batch, const Datum
   top[0]->reshape({batch_, example.channels, example.height, example.width});
   labels_ = top.size() > 1;
   if (labels_) top[1]->reshape({batch_});
-  buffers_.clear();
+  buffers_.clear();  // their fences belong to the lane
+  if (!lane_) lane_ = backend_.make_upload_lane(kMarks);
   buffers_.resize(size_t(depth_));
   for (HostBatch& b : buffers_) {
     b.data = PinnedArray<float>(backend_, size_t(batch_ * count_));
     b.label = PinnedArray<float>(backend_, size_t(batch_));
-    b.fence = backend_.make_fence();
+    b.fence = lane_->make_fence();
   }
   slots_ = 0;
-  LAMINA_REQUIRE(shape_ring(1), where(), "one batch of ", batch_, " x ", count_,
-                 " values is more than the ", readable_bytes(kMaxRingBytes),
-                 " a data layer may hold in device memory; lower the batch size");
+  shape_ring(1);
   restart(position);
 }
 
@@ -65,29 +64,58 @@ void PrefetchedData::start() {
       });
 }
 
-// The next batch of the stream into ring slot uploaded_ % slots_, without waiting for the
-// copy: the prefetcher waits on the fence before it fills the buffer again.
+// The next batch of the stream into ring slot uploaded_ % slots_, on the lane, once the pass
+// that last read the slot is done; the host does not wait for the copy (the prefetcher waits
+// on the fence before it fills the buffer again). The caller joins the lane.
 void PrefetchedData::upload_next() {
   if (!prefetcher_) start();
   HostBatch& batch = prefetcher_->take();
+  wait_for_slot(uploaded_);
   const int64_t slot = uploaded_ % slots_;
-  backend_.upload(batch.data.bytes(), batch.data.data(),
-                  ring_data_.as<float>() + slot * batch_ * count_);
+  lane_->upload(batch.data.bytes(), batch.data.data(),
+                ring_data_.as<float>() + slot * batch_ * count_);
   if (labels_)
-    backend_.upload(batch.label.bytes(), batch.label.data(),
-                    ring_label_.as<float>() + slot * batch_);
+    lane_->upload(batch.label.bytes(), batch.label.data(),
+                  ring_label_.as<float>() + slot * batch_);
   batch.fence->record();
   prefetcher_->release();
   ++uploaded_;
 }
 
-// A ring of `slots` batches; its counter restarts. False (logged once) when it would be
-// larger than kMaxRingBytes.
-bool PrefetchedData::shape_ring(int64_t slots) {
+// A mark after the gathers of the passes issued so far (done_).
+void PrefetchedData::record_mark() {
+  if (!marks_.empty() && marks_.back().passes == done_) return;
+  if (int(marks_.size()) == kMarks) marks_.pop_front();  // its id is the one reused below
+  marks_.push_back({done_, next_mark_});
+  lane_->mark(next_mark_);
+  next_mark_ = (next_mark_ + 1) % kMarks;
+}
+
+// Makes the lane's next uploads, into pass `pass`'s slot, wait for the pass that last read
+// that slot (pass - slots_; its gather was issued: at most half the ring is uploaded ahead):
+// the oldest mark after it, so the uploads overlap the passes since.
+void PrefetchedData::wait_for_slot(int64_t pass) {
+  const int64_t reader = pass - slots_;
+  if (reader < 0) return;  // the slot has not been read since the ring was made
+  for (const Mark& m : marks_) {
+    if (m.passes > reader) {
+      lane_->wait_for(m.id);
+      return;
+    }
+  }
+  record_mark();  // no mark after the reader yet: wait for everything issued so far
+  lane_->wait_for(marks_.back().id);
+}
+
+// A ring for replays of `passes` passes (2 x passes slots); its counter restarts. False
+// (logged once) when it would be larger than kMaxRingBytes, which bounds only rings for
+// replays of several passes: the two slots of single passes are always made.
+bool PrefetchedData::shape_ring(int64_t passes) {
+  const int64_t slots = 2 * passes;
   const size_t bytes = sizeof(float) * size_t(slots * batch_ * (count_ + 1));
-  if (bytes > kMaxRingBytes) {
-    if (!ring_refused_ && slots_ > 0)
-      LOG(INFO) << where() << "replaying " << slots << " passes at once would need "
+  if (passes > 1 && bytes > kMaxRingBytes) {
+    if (!ring_refused_)
+      LOG(INFO) << where() << "replaying " << passes << " passes at once would need "
                 << readable_bytes(bytes) << " of device memory for their batches, more than "
                 << readable_bytes(kMaxRingBytes) << "; those passes run directly";
     ring_refused_ = true;
@@ -98,11 +126,16 @@ bool PrefetchedData::shape_ring(int64_t slots) {
   rows_.shape(backend_, where(), slots * batch_, batch_);
   slots_ = slots;
   done_ = uploaded_ = 0;
+  marks_.clear();
   return true;
 }
 
 void PrefetchedData::forward(const Tensors& /*bottom*/, const Tensors& top) {
-  if (uploaded_ == done_) upload_next();  // else prepare_replay uploaded it
+  if (uploaded_ == done_) {  // else prepare_replay uploaded it
+    record_mark();
+    upload_next();
+    lane_->join();
+  }
   rows_.next();
   rows_.gather(count_, ring_data_.as<float>(), top[0]->mutable_data());
   if (labels_) rows_.gather(1, ring_label_.as<float>(), top[1]->mutable_data());
@@ -112,9 +145,11 @@ void PrefetchedData::forward(const Tensors& /*bottom*/, const Tensors& top) {
 
 bool PrefetchedData::prepare_replay(int64_t passes) {
   // The ring grows only while it holds no batch a pass has yet to read.
-  if (passes > slots_ && (uploaded_ > done_ || !shape_ring(passes))) return false;
+  if (2 * passes > slots_ && (uploaded_ > done_ || !shape_ring(passes))) return false;
   if (!rows_.prepare_replay()) return false;
+  record_mark();
   while (uploaded_ < done_ + passes) upload_next();
+  lane_->join();
   return true;
 }
 

@@ -1,13 +1,16 @@
 // The base of the data layers whose examples are prepared on the host (Data over a database,
 // ImageData over image files): a stream of records read and decoded ahead by a pool of
-// threads into pinned host batches (batch_prefetcher.hpp), uploaded without waiting into a
-// ring of batches in device memory, from which each forward pass gathers its batch with
-// operations whose arguments never change (BatchRows over the ring). So the training step
-// stays capturable as a CUDA graph: before a replay of n passes, prepare_replay uploads the
-// next n batches into the ring slots those passes read (the ring holds n batches, at most
-// kMaxRingBytes); a direct forward uploads its own batch first.
+// threads into pinned host batches (batch_prefetcher.hpp), uploaded on an upload lane
+// (backend.hpp: beside the device's computation, the host not waiting) into a ring of
+// batches in device memory, from which each forward pass gathers its batch with operations
+// whose arguments never change (BatchRows over the ring). So the training step stays
+// capturable as a CUDA graph: before a replay of n passes, prepare_replay uploads the next n
+// batches into the ring slots those passes read; a direct forward uploads its own batch.
+// The ring holds 2n batches (at most kMaxRingBytes), so a replay's uploads go into the half
+// the previous replay does not read and overlap its computation: an upload into slot s waits
+// (by a mark) only for the pass that last read s.
 //
-// The stream: position s of the stream is one example; the subclass says which record it is
+// The stream: position s of the stream is one example; the source says which record it is
 // (Data: s % records in key order; ImageData: its epoch's permutation). Pass p of the whole
 // job takes positions start + p * workers * N onwards, worker r its N from r * N on (data
 // parallel, as MnistData). State (snapshots): (seed, the position of the next pass, the
@@ -16,6 +19,7 @@
 // Tops: data (N, C, H, W) and optionally label (N).
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -45,6 +49,8 @@ class PrefetchedData : public Layer {
  public:
   // The device ring's size limit; a replay of more passes than fit runs directly instead.
   static constexpr size_t kMaxRingBytes = size_t{1} << 30;
+  // Marks kept on the upload lane (the recent points the uploads may wait for).
+  static constexpr int kMarks = 8;
 
   using Layer::Layer;
 
@@ -78,7 +84,9 @@ class PrefetchedData : public Layer {
   int64_t stride() const { return batch_ * workers_; }
   void start();
   void upload_next();
-  bool shape_ring(int64_t slots);
+  void record_mark();
+  void wait_for_slot(int64_t pass);
+  bool shape_ring(int64_t passes);
 
   int64_t batch_ = 0;     // N, this worker's rows
   int64_t count_ = 0;     // values of one example, C * H * W
@@ -87,16 +95,26 @@ class PrefetchedData : public Layer {
   int64_t position_ = 0;  // stream position of the next pass's first row of the job
   int64_t workers_ = 1, rank_ = 0;
   bool labels_ = false;
-  // The device ring: slots_ batches; pass p of the ring's counter reads slot p % slots_.
+  // The device ring: slots_ batches (twice the passes of a replay); pass p of the ring's
+  // counter reads slot p % slots_.
   int64_t slots_ = 0;
   Buffer ring_data_;   // (slots * N, C * H * W) float
   Buffer ring_label_;  // (slots * N) float
   BatchRows rows_;
   int64_t done_ = 0;      // passes gathered since the ring's counter restarted
   int64_t uploaded_ = 0;  // batches uploaded into the ring since then (>= done_)
+  // Marks on the upload lane, oldest first: mark `id` follows the gathers of the passes
+  // before `passes`.
+  struct Mark {
+    int64_t passes;
+    int id;
+  };
+  std::deque<Mark> marks_;
+  int next_mark_ = 0;
   bool ring_refused_ = false;  // a replay needed more than kMaxRingBytes (logged once)
   std::string name_;
   std::unique_ptr<RecordSource> source_;
+  std::unique_ptr<UploadLane> lane_;
   std::vector<HostBatch> buffers_;  // pinned, depth_ of them, lent to the prefetcher
   std::unique_ptr<BatchPrefetcher> prefetcher_;  // last: its threads use source_
 };

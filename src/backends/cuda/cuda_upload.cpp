@@ -1,8 +1,11 @@
-// CudaBackend's pinned host memory and uploads (Backend::allocate_pinned, upload,
-// make_fence): page-locked memory, cudaMemcpyAsync on the main stream, and a fence that is a
-// CUDA event recorded after the uploads. A data layer's prefetch threads wait on the fence
-// before they write a batch buffer again, so the training step itself never waits.
+// CudaBackend's pinned host memory and upload lanes (Backend::allocate_pinned,
+// make_upload_lane): page-locked memory; a lane is a copy stream of its own, whose uploads
+// overlap the main stream's kernels, ordered against them by events (marks, join), with
+// fences that are events recorded after its uploads. A data layer's prefetch threads wait on
+// a fence before they write a batch buffer again, so the training step itself never waits.
 #include <glog/logging.h>
+
+#include <vector>
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
@@ -14,9 +17,10 @@ namespace lamina {
 namespace cuda_detail {
 namespace {
 
+// A CUDA event recorded on the upload stream after its uploads.
 class EventFence final : public UploadFence {
  public:
-  explicit EventFence(CudaContext& context) : context_(context) {
+  EventFence(CudaContext& context, cudaStream_t stream) : context_(context), stream_(stream) {
     context_.make_current();
     LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
   }
@@ -30,10 +34,7 @@ class EventFence final : public UploadFence {
   EventFence(const EventFence&) = delete;
   EventFence& operator=(const EventFence&) = delete;
 
-  void record() override {
-    context_.require_not_capturing("recording an upload fence");
-    LAMINA_CUDA_CHECK(cudaEventRecord(event_, context_.stream()));
-  }
+  void record() override { LAMINA_CUDA_CHECK(cudaEventRecord(event_, stream_)); }
   // From a prefetch thread: the event belongs to the context's device.
   void wait() override {
     LAMINA_CUDA_CHECK(cudaSetDevice(context_.device()));
@@ -42,7 +43,77 @@ class EventFence final : public UploadFence {
 
  private:
   CudaContext& context_;
+  cudaStream_t stream_;
   cudaEvent_t event_ = nullptr;
+};
+
+// A stream of its own for the uploads; marks are events recorded on the main stream, which
+// the upload stream waits for; join() makes the main stream wait for the upload stream.
+class StreamLane final : public UploadLane {
+ public:
+  StreamLane(CudaContext& context, int marks) : context_(context) {
+    context_.make_current();
+    LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    marks_.resize(size_t(marks));
+    for (Mark& m : marks_)
+      LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&m.event, cudaEventDisableTiming));
+    LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+  }
+  ~StreamLane() override {
+    if (cudaSetDevice(context_.device()) == cudaSuccess &&
+        cudaStreamSynchronize(stream_) == cudaSuccess) {
+      for (Mark& m : marks_) cudaEventDestroy(m.event);
+      cudaEventDestroy(uploaded_);
+      cudaStreamDestroy(stream_);
+    }
+    cudaGetLastError();  // at process exit the runtime may be gone: nothing to report
+  }
+  StreamLane(const StreamLane&) = delete;
+  StreamLane& operator=(const StreamLane&) = delete;
+
+  void mark(int m) override {
+    require(m);
+    context_.require_main_lane("an upload mark");
+    context_.require_not_capturing("an upload mark");
+    LAMINA_CUDA_CHECK(cudaEventRecord(marks_[size_t(m)].event, context_.stream()));
+    marks_[size_t(m)].recorded = true;
+  }
+  void wait_for(int m) override {
+    require(m);
+    if (marks_[size_t(m)].recorded)
+      LAMINA_CUDA_CHECK(cudaStreamWaitEvent(stream_, marks_[size_t(m)].event, 0));
+  }
+  void upload(size_t bytes, const void* pinned_src, void* dst) override {
+    context_.require_not_capturing("an upload from the host");
+    if (bytes == 0) return;
+    context_.make_current();
+    LAMINA_CUDA_CHECK(
+        cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void join() override {
+    context_.require_main_lane("joining the uploads");
+    context_.require_not_capturing("joining the uploads");
+    LAMINA_CUDA_CHECK(cudaEventRecord(uploaded_, stream_));
+    LAMINA_CUDA_CHECK(cudaStreamWaitEvent(context_.stream(), uploaded_, 0));
+  }
+  std::unique_ptr<UploadFence> make_fence() override {
+    return std::make_unique<EventFence>(context_, stream_);
+  }
+
+ private:
+  struct Mark {
+    cudaEvent_t event = nullptr;
+    bool recorded = false;
+  };
+  void require(int m) const {
+    LAMINA_REQUIRE(m >= 0 && m < int(marks_.size()), "upload mark ", m, " of a lane with ",
+                   marks_.size());
+  }
+
+  CudaContext& context_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<Mark> marks_;
+  cudaEvent_t uploaded_ = nullptr;
 };
 
 }  // namespace
@@ -68,16 +139,8 @@ void CudaBackend::deallocate_pinned(void* p) noexcept {
   }
 }
 
-void CudaBackend::upload(size_t bytes, const void* pinned_src, void* dst) {
-  context_.require_main_lane("an upload from the host");
-  const cudaStream_t s = on_device();
-  context_.require_not_capturing("an upload from the host");
-  if (bytes == 0) return;
-  LAMINA_CUDA_CHECK(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, s));
-}
-
-std::unique_ptr<UploadFence> CudaBackend::make_fence() {
-  return std::make_unique<EventFence>(context_);
+std::unique_ptr<UploadLane> CudaBackend::make_upload_lane(int marks) {
+  return std::make_unique<StreamLane>(context_, marks);
 }
 
 }  // namespace cuda_detail
