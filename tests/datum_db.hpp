@@ -47,6 +47,17 @@ inline std::string datum_bytes(int channels, int height, int width, const std::s
   return out;
 }
 
+// An encoded Datum's bytes, as Caffe's convert_imageset --encoded writes it: the file in data
+// (field 4), the label (5) and encoded: true (7); no dimensions.
+inline std::string encoded_datum_bytes(const std::string& file, int label) {
+  std::string out;
+  out += char(4 << 3 | 2), put_varint(out, file.size());
+  out += file;
+  out += char(5 << 3), put_varint(out, uint64_t(uint32_t(label)));
+  out += char(7 << 3), out += char(1);
+  return out;
+}
+
 // An LMDB database at path (a new directory) holding the records, via liblmdb only.
 inline void write_lmdb(const std::string& path,
                        const std::vector<std::pair<std::string, std::string>>& records) {

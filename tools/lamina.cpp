@@ -524,8 +524,13 @@ int convert_mnist_command(const std::string& images, const std::string& labels,
 
 // Caffe's compute_image_mean: the mean image of a database, and each channel's mean.
 int compute_image_mean_command(const std::string& db, const std::string& mean_path,
-                               const std::string& backend) {
-  const lamina::BlobProto mean = lamina::compute_image_mean(db, lamina::parse_db_kind(backend));
+                               const std::string& backend, bool force_color, bool force_gray) {
+  LAMINA_REQUIRE(!(force_color && force_gray), "give --force_color or --force_gray, not both");
+  const lamina::ImageMode mode = force_color  ? lamina::ImageMode::kColor
+                                 : force_gray ? lamina::ImageMode::kGray
+                                              : lamina::ImageMode::kAsIs;
+  const lamina::BlobProto mean =
+      lamina::compute_image_mean(db, lamina::parse_db_kind(backend), mode);
   lamina::write_blob_proto(mean, mean_path);
   const int64_t pixels = int64_t(mean.height()) * mean.width();
   for (int c = 0; c < mean.channels(); ++c) {
@@ -671,6 +676,11 @@ int main(int argc, char** argv) {
   mean_cmd->add_option("DB", db_path, "The database")->required();
   mean_cmd->add_option("MEAN", mean_path, "The .binaryproto file to write")->required();
   mean_cmd->add_option("--backend", db_backend, "lmdb (the default) or leveldb");
+  bool force_color = false, force_gray = false;
+  mean_cmd->add_flag("--force_color", force_color, "Decode encoded (JPEG/PNG) records in colour, "
+                     "as transform_param.force_color (default: as each file is, as Caffe)");
+  mean_cmd->add_flag("--force_gray", force_gray, "Decode encoded records in gray, as "
+                     "transform_param.force_gray");
 
   if (const std::optional<int> status = lamina::cli::parse(app, argc, argv)) return *status;
   if (train_level_option->count() > 0) train_options.state.level = train_level;
@@ -692,7 +702,8 @@ int main(int argc, char** argv) {
     if (*time_cmd) return time_net(model_path, iterations, gpu, precision, state);
     if (*query_cmd) return device_query(count_only, name_of, name_option->count() > 0);
     if (*mnist_cmd) return convert_mnist_command(images, labels, db_path, db_backend);
-    if (*mean_cmd) return compute_image_mean_command(db_path, mean_path, db_backend);
+    if (*mean_cmd)
+      return compute_image_mean_command(db_path, mean_path, db_backend, force_color, force_gray);
   } catch (const lamina::Error& e) {
     std::cerr << "lamina: error" << lamina::cli::worker_label() << ": " << e.what() << std::endl;
     lamina::cli::abort_job();  // under mpirun: the other processes stop too

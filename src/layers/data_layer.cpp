@@ -1,4 +1,5 @@
-// Data: Caffe's data layer over a database (LMDB or LevelDB) of raw Datum records.
+// Data: Caffe's data layer over a database (LMDB or LevelDB) of Datum records, raw or
+// encoded (JPEG/PNG, decoded as transform_param's force_color / force_gray say).
 //
 //   layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN }
 //           transform_param { scale: 0.00390625 }
@@ -7,7 +8,8 @@
 //
 // Tops: data (N, C, H', W'), the records transformed as transform_param says
 // (data_transformer.hpp), and optionally label (N), each record's label as float. The shape
-// comes from the first record; a record of another shape is an Error naming it.
+// comes from the first record (decoded); a record whose transformed shape differs is an
+// Error naming it (records of other sizes that crop_size crops to one are fine, as Caffe).
 // Order (as Caffe, no shuffle): the database in key order, wrapping around at the end; the
 // stream starts at record k, k drawn from the layer's seed in 0..rand_skip-1 when rand_skip
 // is set (Caffe's random skip, so that workers or runs do not all start at the same point).
@@ -15,7 +17,9 @@
 // N from r * N on (data parallel, as MnistData). Stream position s is record s % records,
 // and its random transform is drawn for (seed, s), so every epoch crops and mirrors anew.
 // Prefetch: `prefetch` batches ahead, read and decoded by a pool of threads
-// (batch_prefetcher.hpp) into host buffers; forward copies the next one to the tops.
+// (batch_prefetcher.hpp) into host buffers; forward copies the next one to the tops. Records
+// are only copied in read (one thread, in order); parsing, image decoding and transforms
+// run in decode, on every thread.
 // State (snapshots): seed, the stream position of the next pass, and the record count.
 // data_param's older scale, mean_file, crop_size and mirror are moved into transform_param,
 // as Caffe's net upgrade does.
@@ -71,10 +75,11 @@ class DataLayer final : public Layer {
     records_ = db_->count();
     LAMINA_REQUIRE(records_ > 0, source_, ": the database holds no records");
     transformer_ = std::make_unique<DataTransformer>(transform_param(), phase_, where());
+    mode_ = transformer_->image_mode();
     cursor_ = db_->cursor();
-    Datum datum;
-    shape_ = parse_raw_datum(cursor_->value(), source_, cursor_->key(), datum);
-    example_ = transformer_->set_input(shape_);
+    DatumBuffers buffers;
+    shape_ = read_datum(cursor_->value(), source_, cursor_->key(), mode_, buffers).shape;
+    example_ = transformer_->output_shape(shape_, record_prefix(source_, cursor_->key()));
     top[0]->reshape({batch_, example_.channels, example_.height, example_.width});
     labels_ = top.size() > 1;
     if (labels_) top[1]->reshape({batch_});
@@ -180,19 +185,31 @@ class DataLayer final : public Layer {
     const int64_t count = example_.count();
     out.data.resize(size_t(batch_ * count));
     out.label.resize(size_t(batch_));
-    Datum datum;
+    DatumBuffers buffers;
     for (int64_t r = 0; r < batch_; ++r) {
       const auto& [key, value] = records[r];
-      const DatumShape shape = parse_raw_datum(value, source_, key, datum);
-      LAMINA_REQUIRE(shape == shape_, record_prefix(source_, key), "is ", shape.channels,
-                     " x ", shape.height, " x ", shape.width, " (C x H x W), but the first "
-                     "record is ", shape_.channels, " x ", shape_.height, " x ", shape_.width,
-                     "; a Data layer's records must have one shape");
+      const DatumValues example = read_datum(value, source_, key, mode_, buffers);
+      if (example.shape != shape_) require_same_output(example.shape, key);
       const int64_t s = first + r;
-      transformer_->transform(datum, transformer_->draw(seed_, uint64_t(s)),
+      transformer_->transform(example, transformer_->draw(seed_, uint64_t(s), example.shape),
                               out.data.data() + r * count);
-      out.label[size_t(r)] = float(datum.label());
+      out.label[size_t(r)] = float(buffers.datum.label());
     }
+  }
+
+  // A record of another size than the first must transform to the same shape.
+  void require_same_output(const DatumShape& shape, const std::string& key) const {
+    const std::string prefix = record_prefix(source_, key);
+    const DatumShape out = transformer_->output_shape(shape, prefix);
+    LAMINA_REQUIRE(out == example_, prefix, "is ", shape_text(shape), " (C x H x W), "
+                   "transformed to ", shape_text(out), ", but the first record is ",
+                   shape_text(shape_), ", transformed to ", shape_text(example_),
+                   "; a Data layer's records must have one shape (or sizes that crop_size "
+                   "crops to one)",
+                   shape.channels != shape_.channels
+                       ? "; for encoded images of different channels, set "
+                         "transform_param.force_color or force_gray"
+                       : "");
   }
 
   int64_t batch_ = 0;        // N, this worker's rows
@@ -201,8 +218,9 @@ class DataLayer final : public Layer {
   int64_t workers_ = 1, rank_ = 0;
   bool labels_ = false;
   std::string source_;       // "layer 'x' (Data): LMDB database 'path'"
-  DatumShape shape_;         // of every record
+  DatumShape shape_;         // of the first record
   DatumShape example_;       // of a transformed record
+  ImageMode mode_ = ImageMode::kAsIs;  // how encoded records decode
   std::unique_ptr<DbReader> db_;
   std::unique_ptr<DbCursor> cursor_;  // the prefetch pool's, one reader at a time
   int64_t cursor_stream_ = 0;         // a stream position of the cursor's record
