@@ -1,5 +1,5 @@
-// Datum databases written by the tests independently of Lamina's writer: Datum bytes built
-// from the format's field numbers, and LMDB written through liblmdb directly.
+// Datum databases written and read by the tests independently of Lamina's database code:
+// Datum bytes built from the format's field numbers, and LMDB through liblmdb directly.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -77,6 +77,33 @@ inline void write_lmdb(const std::string& path,
   }
   ASSERT_EQ(mdb_txn_commit(txn), MDB_SUCCESS);
   mdb_env_close(env);
+}
+
+// Every (key, value) of the LMDB database at path, in key order, via liblmdb only.
+inline std::vector<std::pair<std::string, std::string>> read_lmdb(const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> records;
+  MDB_env* env = nullptr;
+  EXPECT_EQ(mdb_env_create(&env), MDB_SUCCESS);
+  if (mdb_env_open(env, path.c_str(), MDB_RDONLY | MDB_NOTLS, 0664) != MDB_SUCCESS) {
+    ADD_FAILURE() << "cannot open LMDB " << path;
+    mdb_env_close(env);
+    return records;
+  }
+  MDB_txn* txn = nullptr;
+  MDB_dbi dbi = 0;
+  MDB_cursor* cursor = nullptr;
+  EXPECT_EQ(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn), MDB_SUCCESS);
+  EXPECT_EQ(mdb_dbi_open(txn, nullptr, 0, &dbi), MDB_SUCCESS);
+  EXPECT_EQ(mdb_cursor_open(txn, dbi, &cursor), MDB_SUCCESS);
+  MDB_val k, v;
+  for (int op = MDB_FIRST; mdb_cursor_get(cursor, &k, &v, MDB_cursor_op(op)) == MDB_SUCCESS;
+       op = MDB_NEXT)
+    records.emplace_back(std::string(static_cast<char*>(k.mv_data), k.mv_size),
+                         std::string(static_cast<char*>(v.mv_data), v.mv_size));
+  mdb_cursor_close(cursor);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return records;
 }
 
 // A LevelDB database at path (new) holding the records, via LevelDB's own API.

@@ -46,6 +46,8 @@ constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
 Image decode_image(std::string_view bytes, ImageMode mode, const std::string& what);
 void decode_image(std::string_view bytes, ImageMode mode, const std::string& what, Image& out);
 
+// A file's bytes (at most 1 GiB: no image Lamina decodes is larger); errors name the path.
+std::string read_image_file(const std::string& path);
 // Reads and decodes a file; errors name the path.
 Image read_image(const std::string& path, ImageMode mode);
 

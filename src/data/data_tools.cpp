@@ -10,11 +10,6 @@
 #include "lamina/snapshot.hpp"
 
 namespace lamina {
-namespace {
-
-constexpr int64_t kRecordsPerCommit = 1000;  // as Caffe's converters
-
-}  // namespace
 
 int64_t convert_mnist(const std::string& images, const std::string& labels,
                       const std::string& db_path, DbKind kind) {

@@ -69,9 +69,12 @@ Image decode_image(std::string_view bytes, ImageMode mode, const std::string& wh
   return image;
 }
 
+std::string read_image_file(const std::string& path) {
+  return InputFile(path, "image").read_all(kMaxImageFileBytes);
+}
+
 Image read_image(const std::string& path, ImageMode mode) {
-  InputFile file(path, "image");
-  return decode_image(file.read_all(kMaxImageFileBytes), mode, "image " + quoted_path(path));
+  return decode_image(read_image_file(path), mode, "image " + quoted_path(path));
 }
 
 std::string encode_image(const Image& image, const std::string& format) {
