@@ -34,6 +34,12 @@ class CoreForwardingBackend : public Backend {
   void copy_from_host(size_t bytes, const void* src, void* dst) override {
     inner_.copy_from_host(bytes, src, dst);
   }
+  void* allocate_pinned(size_t bytes) override { return inner_.allocate_pinned(bytes); }
+  void deallocate_pinned(void* p) noexcept override { inner_.deallocate_pinned(p); }
+  void upload(size_t bytes, const void* src, void* dst) override {
+    inner_.upload(bytes, src, dst);
+  }
+  std::unique_ptr<UploadFence> make_fence() override { return inner_.make_fence(); }
   void zero(size_t bytes, void* p) override { inner_.zero(bytes, p); }
   void fill(int64_t n, float v, float* x) override { inner_.fill(n, v, x); }
   void synchronize() override { inner_.synchronize(); }
@@ -379,9 +385,10 @@ class ForwardingBackend : public CatalogueForwardingBackend {
   bool supports(Operation op) const override { return inner_.supports(op); }
 };
 
-// Counts what crosses between the host and the backend's memory: copy_to_host and
-// copy_from_host (no other operation reads or writes host memory on a device). Wrap any
-// backend (CUDA too) to show that a sequence of operations moves nothing, or exactly what.
+// Counts what crosses between the host and the backend's memory: copy_to_host,
+// copy_from_host and upload (no other operation reads or writes host memory on a device).
+// Wrap any backend (CUDA too) to show that a sequence of operations moves nothing, or
+// exactly what.
 class CountingBackend : public ForwardingBackend {
  public:
   struct Transfers {
@@ -400,6 +407,10 @@ class CountingBackend : public ForwardingBackend {
   void copy_from_host(size_t bytes, const void* src, void* dst) override {
     count(transfers_.from_host, bytes);
     inner_.copy_from_host(bytes, src, dst);
+  }
+  void upload(size_t bytes, const void* src, void* dst) override {
+    count(transfers_.from_host, bytes);
+    inner_.upload(bytes, src, dst);
   }
 
  private:

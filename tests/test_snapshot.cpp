@@ -441,9 +441,15 @@ TEST(SnapshotRate, WritingFasterThan100MBPerSecondIsWarnedAbout) {
   TempDir dir;
   write_tiny_data(dir);
   NativeBackend backend;
-  // 1.5 MB a snapshot: well above 100 MB/s even when a loaded machine slows an iteration
-  // to several milliseconds.
-  const NetParameter net = parse_net_parameter(tiny_net(dir, 10000), "tiny");
+  // 16 MB a snapshot (a 2M-value Parameter and its momentum) for an iteration of a few
+  // milliseconds (the update's pass over those values): several GB/s, so still far above
+  // 100 MB/s when a loaded machine slows an iteration tenfold (the parameters of a wide
+  // Linear layer would slow it as much as they enlarge the snapshot).
+  const NetParameter net = parse_net_parameter(
+      tiny_net(dir, 16, "layer { name: \"big\" type: \"Parameter\" top: \"big\" "
+                        "parameter_param { shape { dim: 2000000 } } }\n"
+                        "layer { name: \"quiet\" type: \"Silence\" bottom: \"big\" }\n"),
+      "tiny");
   {
     WarningSink sink;
     Solver solver(solver_param(kSgd, "display: 0 max_iter: 6 snapshot: 1 snapshot_prefix: \"" +

@@ -219,6 +219,18 @@ class CapturedOps {
   virtual bool valid() const = 0;
 };
 
+// Passes once the uploads issued before its last record() have run (Backend::upload), so
+// the host may write their source memory again.
+class UploadFence {
+ public:
+  virtual ~UploadFence() = default;
+  // Marks the uploads issued so far on the backend.
+  virtual void record() = 0;
+  // Blocks the calling thread (any thread) until they have run. Passes at once if record()
+  // was never called.
+  virtual void wait() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -234,6 +246,18 @@ class Backend {
   virtual void zero(size_t bytes, void* p) = 0;
   virtual void fill(int64_t n, float value, float* x) = 0;
   virtual void synchronize() = 0;
+  // Host memory for what a layer prepares on the host every pass (a data layer's batches):
+  // page-locked on CUDA, so that upload() from it is a copy the host does not wait for;
+  // ordinary memory elsewhere (the defaults).
+  virtual void* allocate_pinned(size_t bytes);
+  virtual void deallocate_pinned(void* p) noexcept;
+  // Copies from pinned host memory (allocate_pinned) to dst, in operation order, without
+  // waiting for the copy: pinned_src must stay unchanged until a fence recorded after it
+  // passes (make_fence). Not while capturing: a recording would keep the address, not the
+  // values. The default is copy_from_host, which has copied when it returns.
+  virtual void upload(size_t bytes, const void* pinned_src, void* dst);
+  // A fence for upload(); the default passes at once (the default upload has copied).
+  virtual std::unique_ptr<UploadFence> make_fence();
 
   // ---- the arithmetic of products ----
   // gemm, linear_forward and conv_* compute in math(); every other operation in FP32. The

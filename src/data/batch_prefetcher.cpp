@@ -1,10 +1,23 @@
 // The data layers' prefetch pool (batch_prefetcher.hpp).
 #include "lamina/batch_prefetcher.hpp"
 
+#include <algorithm>
+
+#include "lamina/common.hpp"
+
 namespace lamina {
 
-BatchPrefetcher::BatchPrefetcher(int depth, int threads, Read read, Decode decode)
-    : depth_(depth), read_(std::move(read)), decode_(std::move(decode)), slots_(size_t(depth)) {
+BatchPrefetcher::BatchPrefetcher(std::vector<HostBatch>& buffers, int threads, int64_t rows,
+                                 Read read, Decode decode)
+    : rows_(rows),
+      // about two chunks a thread, so a slow chunk does not leave the others idle
+      chunk_rows_(std::max<int64_t>(1, (rows + 2 * threads - 1) / (2 * threads))),
+      read_(std::move(read)),
+      decode_(std::move(decode)),
+      slots_(buffers.size()) {
+  LAMINA_REQUIRE(!buffers.empty() && threads > 0 && rows > 0,
+                 "BatchPrefetcher needs a buffer, a thread and a row");
+  for (size_t i = 0; i < buffers.size(); ++i) slots_[i].batch = &buffers[i];
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
 }
 
@@ -18,46 +31,79 @@ BatchPrefetcher::~BatchPrefetcher() {
 }
 
 void BatchPrefetcher::work() {
+  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    // A batch depth ahead of the consumer waits for its slot to be released.
-    changed_.wait(lock, [&] { return stop_ || claimed_ - consumed_ < depth_; });
+    // Decoding the oldest batch first; reading the next batch when its buffer is free.
+    changed_.wait(lock, [&] {
+      return stop_ || !chunks_.empty() ||
+             (!reading_ && read_next_ - consumed_ < int64_t(slots_.size()));
+    });
     if (stop_) return;
-    const int64_t b = claimed_++;
-    Slot& slot = slots_[size_t(b % depth_)];
-    slot.error = nullptr;
-    // Records are read in batch order, by one thread at a time.
-    changed_.wait(lock, [&] { return stop_ || read_next_ == b; });
-    if (stop_) return;
-    lock.unlock();
-    try {
-      read_(b, slot.records);
-    } catch (...) {
-      slot.error = std::current_exception();
+    if (!chunks_.empty()) {
+      decode_chunk(lock);
+    } else {
+      read_batch(lock);
     }
-    lock.lock();
-    ++read_next_;
-    changed_.notify_all();
-    lock.unlock();
-    if (!slot.error) {
-      try {
-        decode_(b, slot.records, slot.batch);
-      } catch (...) {
-        slot.error = std::current_exception();
-      }
-    }
-    lock.lock();
-    slot.ready = b;
+  }
+}
+
+// Called and returns with the lock held.
+void BatchPrefetcher::read_batch(std::unique_lock<std::mutex>& lock) {
+  const int64_t b = read_next_++;
+  reading_ = true;
+  Slot& s = slot(b);
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    if (s.batch->fence) s.batch->fence->wait();  // an upload of the buffer's last batch
+    read_(b, s.records);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  reading_ = false;
+  s.error = error;
+  s.error_row = -1;
+  if (error) {
+    s.ready = b;
+  } else {
+    s.chunks_left = 0;
+    for (int64_t begin = 0; begin < rows_; begin += chunk_rows_, ++s.chunks_left)
+      chunks_.push_back({b, begin, std::min(rows_, begin + chunk_rows_)});
+  }
+  changed_.notify_all();
+}
+
+// Called and returns with the lock held.
+void BatchPrefetcher::decode_chunk(std::unique_lock<std::mutex>& lock) {
+  const Chunk c = chunks_.front();
+  chunks_.pop_front();
+  Slot& s = slot(c.batch);
+  lock.unlock();
+  std::exception_ptr error;
+  try {
+    decode_(c.batch, s.records, c.begin, c.end, *s.batch);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  // The error of the first row that failed, whichever thread found it first.
+  if (error && (!s.error || c.begin < s.error_row)) {
+    s.error = error;
+    s.error_row = c.begin;
+  }
+  if (--s.chunks_left == 0) {
+    s.ready = c.batch;
     changed_.notify_all();
   }
 }
 
-const HostBatch& BatchPrefetcher::take() {
+HostBatch& BatchPrefetcher::take() {
   std::unique_lock<std::mutex> lock(mutex_);
-  Slot& slot = slots_[size_t(consumed_ % depth_)];
-  changed_.wait(lock, [&] { return slot.ready == consumed_; });
-  if (slot.error) std::rethrow_exception(slot.error);
-  return slot.batch;
+  Slot& s = slot(consumed_);
+  changed_.wait(lock, [&] { return s.ready == consumed_; });
+  if (s.error) std::rethrow_exception(s.error);
+  return *s.batch;
 }
 
 void BatchPrefetcher::release() {

@@ -68,6 +68,10 @@ class CudaBackend final : public Backend {
   void zero(size_t bytes, void* p) override;
   void fill(int64_t n, float value, float* x) override;
   void synchronize() override;
+  void* allocate_pinned(size_t bytes) override;    // cuda_upload.cpp
+  void deallocate_pinned(void* p) noexcept override;
+  void upload(size_t bytes, const void* pinned_src, void* dst) override;
+  std::unique_ptr<UploadFence> make_fence() override;
 
   void gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override;

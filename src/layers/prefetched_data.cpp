@@ -1,0 +1,152 @@
+// The prefetched data layers' stream, host buffers and device ring (prefetched_data.hpp).
+#include "prefetched_data.hpp"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "lamina/host_memory.hpp"
+
+namespace lamina {
+namespace {
+
+constexpr int kMaxThreads = 16;
+
+}  // namespace
+
+void PrefetchedData::shape_stream(const Tensors& top, int64_t batch, const DatumShape& example,
+                                  std::unique_ptr<RecordSource> source,
+                                  const std::string& name, int64_t records, int depth,
+                                  int64_t position) {
+  prefetcher_.reset();  // its threads use the source and the buffers replaced below
+  batch_ = batch;
+  count_ = example.count();
+  records_ = records;
+  depth_ = depth;
+  name_ = name;
+  source_ = std::move(source);
+  top[0]->reshape({batch_, example.channels, example.height, example.width});
+  labels_ = top.size() > 1;
+  if (labels_) top[1]->reshape({batch_});
+  buffers_.clear();
+  buffers_.resize(size_t(depth_));
+  for (HostBatch& b : buffers_) {
+    b.data = PinnedArray<float>(backend_, size_t(batch_ * count_));
+    b.label = PinnedArray<float>(backend_, size_t(batch_));
+    b.fence = backend_.make_fence();
+  }
+  slots_ = 0;
+  LAMINA_REQUIRE(shape_ring(1), where(), "one batch of ", batch_, " x ", count_,
+                 " values is more than the ", readable_bytes(kMaxRingBytes),
+                 " a data layer may hold in device memory; lower the batch size");
+  restart(position);
+}
+
+void PrefetchedData::restart(int64_t position) {
+  prefetcher_.reset();
+  position_ = position;
+  uploaded_ = done_;  // batches uploaded ahead are dropped: their slots are written again
+}
+
+void PrefetchedData::start() {
+  const int threads = std::clamp(int(std::thread::hardware_concurrency()), 1, kMaxThreads);
+  const int64_t first = position_ + rank_ * batch_;  // this worker's first row of batch 0
+  prefetcher_ = std::make_unique<BatchPrefetcher>(
+      buffers_, threads, batch_,
+      [this, first](int64_t b, RawRecords& records) {
+        source_->read(first + b * stride(), batch_, records);
+      },
+      [this, first](int64_t b, const RawRecords& records, int64_t begin, int64_t end,
+                    HostBatch& out) {
+        for (int64_t r = begin; r < end; ++r)
+          source_->decode(seed_, first + b * stride() + r, records[size_t(r)],
+                          out.data.data() + r * count_, out.label.data() + r);
+      });
+}
+
+// The next batch of the stream into ring slot uploaded_ % slots_, without waiting for the
+// copy: the prefetcher waits on the fence before it fills the buffer again.
+void PrefetchedData::upload_next() {
+  if (!prefetcher_) start();
+  HostBatch& batch = prefetcher_->take();
+  const int64_t slot = uploaded_ % slots_;
+  backend_.upload(batch.data.bytes(), batch.data.data(),
+                  ring_data_.as<float>() + slot * batch_ * count_);
+  if (labels_)
+    backend_.upload(batch.label.bytes(), batch.label.data(),
+                    ring_label_.as<float>() + slot * batch_);
+  batch.fence->record();
+  prefetcher_->release();
+  ++uploaded_;
+}
+
+// A ring of `slots` batches; its counter restarts. False (logged once) when it would be
+// larger than kMaxRingBytes.
+bool PrefetchedData::shape_ring(int64_t slots) {
+  const size_t bytes = sizeof(float) * size_t(slots * batch_ * (count_ + 1));
+  if (bytes > kMaxRingBytes) {
+    if (!ring_refused_ && slots_ > 0)
+      LOG(INFO) << where() << "replaying " << slots << " passes at once would need "
+                << readable_bytes(bytes) << " of device memory for their batches, more than "
+                << readable_bytes(kMaxRingBytes) << "; those passes run directly";
+    ring_refused_ = true;
+    return false;
+  }
+  ring_data_ = Buffer(backend_, sizeof(float) * size_t(slots * batch_ * count_));
+  ring_label_ = Buffer(backend_, sizeof(float) * size_t(slots * batch_));
+  rows_.shape(backend_, where(), slots * batch_, batch_);
+  slots_ = slots;
+  done_ = uploaded_ = 0;
+  return true;
+}
+
+void PrefetchedData::forward(const Tensors& /*bottom*/, const Tensors& top) {
+  if (uploaded_ == done_) upload_next();  // else prepare_replay uploaded it
+  rows_.next();
+  rows_.gather(count_, ring_data_.as<float>(), top[0]->mutable_data());
+  if (labels_) rows_.gather(1, ring_label_.as<float>(), top[1]->mutable_data());
+  ++done_;
+  position_ += stride();
+}
+
+bool PrefetchedData::prepare_replay(int64_t passes) {
+  // The ring grows only while it holds no batch a pass has yet to read.
+  if (passes > slots_ && (uploaded_ > done_ || !shape_ring(passes))) return false;
+  if (!rows_.prepare_replay()) return false;
+  while (uploaded_ < done_ + passes) upload_next();
+  return true;
+}
+
+void PrefetchedData::replayed(int64_t passes) {
+  rows_.replayed(passes);
+  done_ += passes;
+  position_ += passes * stride();
+}
+
+bool PrefetchedData::set_worker(int rank, int workers) {
+  prefetcher_.reset();  // its threads read rank_ and workers_
+  rank_ = rank;
+  workers_ = workers;
+  restart(position_);
+  return true;
+}
+
+// (seed, position, records): the stream position of the next pass.
+std::vector<int64_t> PrefetchedData::state() const {
+  return {int64_t(seed_), position_, records_};
+}
+
+void PrefetchedData::set_state(const std::vector<int64_t>& state) {
+  LAMINA_REQUIRE(state.size() == 3, where(), "the snapshot holds ", state.size(),
+                 " state values; ", param_.type(), " keeps 3 (seed, position, records)");
+  LAMINA_REQUIRE(state[2] == records_, name_, ": the snapshot was taken with ", state[2],
+                 " records, but the source holds ", records_, "; resume with the same data");
+  LAMINA_REQUIRE(state[1] >= 0, where(), "the snapshot's position ", state[1],
+                 " is impossible");
+  prefetcher_.reset();  // its threads read seed_
+  seed_ = uint64_t(state[0]);  // the transforms' draws depend on it
+  restart(state[1]);
+}
+
+}  // namespace lamina

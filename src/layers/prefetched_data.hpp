@@ -1,0 +1,104 @@
+// The base of the data layers whose examples are prepared on the host (Data over a database,
+// ImageData over image files): a stream of records read and decoded ahead by a pool of
+// threads into pinned host batches (batch_prefetcher.hpp), uploaded without waiting into a
+// ring of batches in device memory, from which each forward pass gathers its batch with
+// operations whose arguments never change (BatchRows over the ring). So the training step
+// stays capturable as a CUDA graph: before a replay of n passes, prepare_replay uploads the
+// next n batches into the ring slots those passes read (the ring holds n batches, at most
+// kMaxRingBytes); a direct forward uploads its own batch first.
+//
+// The stream: position s of the stream is one example; the subclass says which record it is
+// (Data: s % records in key order; ImageData: its epoch's permutation). Pass p of the whole
+// job takes positions start + p * workers * N onwards, worker r its N from r * N on (data
+// parallel, as MnistData). State (snapshots): (seed, the position of the next pass, the
+// record count), so a resumed run reads what an uninterrupted one would.
+//
+// Tops: data (N, C, H, W) and optionally label (N).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "batch_rows.hpp"
+#include "lamina/batch_prefetcher.hpp"
+#include "lamina/datum.hpp"
+#include "lamina/layer.hpp"
+
+namespace lamina {
+
+// What a prefetched data layer reads: records by stream position, and how one decodes.
+class RecordSource {
+ public:
+  virtual ~RecordSource() = default;
+  // Reads this worker's `count` records from stream position `first` on, in order. Called
+  // by one prefetch thread at a time; `first` grows from call to call, except after the
+  // stream restarts.
+  virtual void read(int64_t first, int64_t count, RawRecords& records) = 0;
+  // Decodes the record at stream position `position` of the stream seeded by `seed` (its
+  // random transform depends on both) into data (C, H, W floats) and *label. Called by any
+  // prefetch thread, several at once.
+  virtual void decode(uint64_t seed, int64_t position, const RawRecords::value_type& record,
+                      float* data, float* label) const = 0;
+};
+
+class PrefetchedData : public Layer {
+ public:
+  // The device ring's size limit; a replay of more passes than fit runs directly instead.
+  static constexpr size_t kMaxRingBytes = size_t{1} << 30;
+
+  using Layer::Layer;
+
+  int min_bottoms() const override { return 0; }
+  int max_bottoms() const override { return 0; }
+  int min_tops() const override { return 1; }
+  int max_tops() const override { return 2; }
+
+  void forward(const Tensors& bottom, const Tensors& top) override;
+  void backward_input(const Tensors& /*top*/, const std::vector<bool>& /*propagate*/,
+                      const Tensors& /*bottom*/) override {}
+
+  bool set_worker(int rank, int workers) override;
+  std::vector<int64_t> state() const override;
+  void set_state(const std::vector<int64_t>& state) override;
+  bool prepare_replay(int64_t passes) override;
+  void replayed(int64_t passes) override;
+
+ protected:
+  // For setup(): reads examples of shape `example` from `source`, which holds `records`
+  // records, `batch` a pass, `depth` batches prepared ahead; shapes the tops (N, C, H, W)
+  // and (N) and the buffers, and starts the stream at `position` (restart). name: the
+  // source in messages ("layer 'x' (Data): LMDB database 'path'").
+  void shape_stream(const Tensors& top, int64_t batch, const DatumShape& example,
+                    std::unique_ptr<RecordSource> source, const std::string& name,
+                    int64_t records, int depth, int64_t position);
+  // The next pass takes stream position `position` onwards; batches prepared ahead go.
+  void restart(int64_t position);
+
+ private:
+  int64_t stride() const { return batch_ * workers_; }
+  void start();
+  void upload_next();
+  bool shape_ring(int64_t slots);
+
+  int64_t batch_ = 0;     // N, this worker's rows
+  int64_t count_ = 0;     // values of one example, C * H * W
+  int64_t records_ = 0;   // in the source
+  int depth_ = 1;         // batches prepared ahead
+  int64_t position_ = 0;  // stream position of the next pass's first row of the job
+  int64_t workers_ = 1, rank_ = 0;
+  bool labels_ = false;
+  // The device ring: slots_ batches; pass p of the ring's counter reads slot p % slots_.
+  int64_t slots_ = 0;
+  Buffer ring_data_;   // (slots * N, C * H * W) float
+  Buffer ring_label_;  // (slots * N) float
+  BatchRows rows_;
+  int64_t done_ = 0;      // passes gathered since the ring's counter restarted
+  int64_t uploaded_ = 0;  // batches uploaded into the ring since then (>= done_)
+  bool ring_refused_ = false;  // a replay needed more than kMaxRingBytes (logged once)
+  std::string name_;
+  std::unique_ptr<RecordSource> source_;
+  std::vector<HostBatch> buffers_;  // pinned, depth_ of them, lent to the prefetcher
+  std::unique_ptr<BatchPrefetcher> prefetcher_;  // last: its threads use source_
+};
+
+}  // namespace lamina
