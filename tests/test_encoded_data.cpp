@@ -173,7 +173,7 @@ TEST_F(EncodedDataTest, RecordsOfOtherSizesAreFineWhereTheCropMakesThemOne) {
   whole->setup({}, {&data_, &label_});
   EXPECT_THAT(error_of([&] { next(*whole); }),
               AllOf(HasSubstr("record '00000001'"), HasSubstr("is 3 x 6 x 3"),
-                    HasSubstr("first record is 3 x 4 x 5"), HasSubstr("one shape")));
+                    HasSubstr("the first is 3 x 4 x 5"), HasSubstr("one shape")));
 }
 
 TEST_F(EncodedDataTest, CorruptAndMixedRecordsAreErrorsNamingTheDatabaseAndTheRecord) {

@@ -43,6 +43,12 @@ class DataTransformer {
   // starting with prefix (where_ or the record) and naming what to fix.
   DatumShape output_shape(const DatumShape& in, const std::string& prefix) const;
 
+  // Checks that an example of shape `in`, another than the first example's (`first`),
+  // transforms to the same shape, as the examples of one batch must: examples may differ in
+  // size where the crop makes them one, as in Caffe. Errors start with prefix.
+  void require_same_output(const DatumShape& in, const DatumShape& first,
+                           const std::string& prefix) const;
+
   // How encoded images decode: force_color, force_gray, or as each file is. Both set is an
   // Error, as in Caffe.
   ImageMode image_mode() const;

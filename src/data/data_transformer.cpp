@@ -61,6 +61,19 @@ DatumShape DataTransformer::output_shape(const DatumShape& in, const std::string
   return {in.channels, crop ? crop : in.height, crop ? crop : in.width};
 }
 
+void DataTransformer::require_same_output(const DatumShape& in, const DatumShape& first,
+                                          const std::string& prefix) const {
+  const DatumShape out = output_shape(in, prefix), first_out = output_shape(first, prefix);
+  LAMINA_REQUIRE(out == first_out, prefix, "is ", shape_text(in), " (C x H x W), transformed "
+                 "to ", shape_text(out), ", but the first is ", shape_text(first),
+                 ", transformed to ", shape_text(first_out), "; the examples of a data layer "
+                 "must have one shape (or sizes that crop_size crops to one)",
+                 in.channels != first.channels
+                     ? "; encoded images decode with their own channels unless "
+                       "transform_param.force_color or force_gray is set"
+                     : "");
+}
+
 ImageMode DataTransformer::image_mode() const {
   LAMINA_REQUIRE(!(param_.force_color() && param_.force_gray()), where_, "transform_param "
                  "sets both force_color and force_gray; an image decodes in colour or in gray");

@@ -20,11 +20,8 @@
 // order); parsing, image decoding and transforms run in decode, on every thread.
 // data_param's older scale, mean_file, crop_size and mirror are moved into transform_param,
 // as Caffe's net upgrade does.
-#include <glog/logging.h>
-
 #include <memory>
 
-#include "lamina/counter_rng.hpp"
 #include "lamina/data_transformer.hpp"
 #include "lamina/database.hpp"
 #include "lamina/registry.hpp"
@@ -33,10 +30,6 @@
 
 namespace lamina {
 namespace {
-
-// The counter of the rand_skip draw: beyond every example's (data_transformer.hpp draws
-// three per example from 0 up).
-constexpr uint64_t kSkipCounter = ~uint64_t{0};
 
 // The records of a database, in key order, wrapping around.
 class DbSource final : public RecordSource {
@@ -71,28 +64,14 @@ class DbSource final : public RecordSource {
     const auto& [key, value] = record;
     thread_local DatumBuffers buffers;  // each prefetch thread's, reused record to record
     const DatumValues example = read_datum(value, name_, key, mode_, buffers);
-    if (example.shape != shape_) require_same_output(example.shape, key);
+    if (example.shape != shape_)
+      transformer_->require_same_output(example.shape, shape_, record_prefix(name_, key));
     transformer_->transform(example, transformer_->draw(seed, uint64_t(position), example.shape),
                             data);
     *label = float(buffers.datum.label());
   }
 
  private:
-  // A record of another size than the first must transform to the same shape.
-  void require_same_output(const DatumShape& shape, const std::string& key) const {
-    const std::string prefix = record_prefix(name_, key);
-    const DatumShape out = transformer_->output_shape(shape, prefix);
-    LAMINA_REQUIRE(out == example_, prefix, "is ", shape_text(shape), " (C x H x W), "
-                   "transformed to ", shape_text(out), ", but the first record is ",
-                   shape_text(shape_), ", transformed to ", shape_text(example_),
-                   "; a Data layer's records must have one shape (or sizes that crop_size "
-                   "crops to one)",
-                   shape.channels != shape_.channels
-                       ? "; for encoded images of different channels, set "
-                         "transform_param.force_color or force_gray"
-                       : "");
-  }
-
   // Moves the cursor to stream position s, from the start when s is behind it.
   void advance_to(int64_t s) {
     if (s < cursor_stream_) {
@@ -137,12 +116,8 @@ class DataLayer final : public PrefetchedData {
         p.source(), kind, name, std::make_unique<DataTransformer>(transform, phase_, where()));
     const int64_t records = source->records();
     const DatumShape example = source->example();
-    // rand_skip's draw: the stream's start
-    const int64_t skip =
-        p.rand_skip() > 0 ? int64_t(counter_hash(seed_, kSkipCounter) % p.rand_skip()) : 0;
-    if (skip > 0) LOG(INFO) << where() << "skipping the first " << skip << " records";
     shape_stream(top, p.batch_size(), example, std::move(source), name, records,
-                 int(p.prefetch()), skip);
+                 int(p.prefetch()), skip_start(p.rand_skip()));
   }
 };
 
