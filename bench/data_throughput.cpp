@@ -50,7 +50,8 @@ double images_per_second(const std::string& text, int warmup, int batches) {
   lamina::LayerParameter param;
   CHECK(google::protobuf::TextFormat::ParseFromString(text, &param)) << text;
   lamina::NativeBackend backend;
-  auto layer = lamina::LayerRegistry::create(param, lamina::LayerContext{backend, lamina::TRAIN, 1});
+  auto layer =
+      lamina::LayerRegistry::create(param, lamina::LayerContext{backend, lamina::TRAIN, 1});
   lamina::Tensor data(backend, {1}), label(backend, {1});
   layer->setup({}, {&data, &label});
   for (int b = 0; b < warmup; ++b) layer->forward({}, {&data, &label});

@@ -233,6 +233,10 @@ TEST_F(ConvertImagesetTest, BadLinesAndImagesAreErrorsNamingTheLineAndLeaveNoDat
   half.resize_height = 5;
   EXPECT_THAT(error_of([&] { convert_imageset(root_, list_, dir_ / "x", half); }),
               HasSubstr("give both"));
+  half.resize_width = 1 << 14;
+  half.resize_height = 1 << 13;
+  EXPECT_THAT(error_of([&] { convert_imageset(root_, list_, dir_ / "x", half); }),
+              HasSubstr("more than the 67108864 pixels"));
   ImagesetOptions bmp;
   bmp.encode_type = "bmp";
   EXPECT_THAT(error_of([&] { convert_imageset(root_, list_, dir_ / "x", bmp); }),

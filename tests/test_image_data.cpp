@@ -229,6 +229,8 @@ TEST_F(ImageDataTest, BadListsImagesAndParametersAreErrorsNamingTheListAndTheLin
                     HasSubstr("No such file")));
   EXPECT_THAT(setup_error("batch_size: 1 new_height: 4"),
               AllOf(HasSubstr("layer 'images' (ImageData)"), HasSubstr("set both")));
+  EXPECT_THAT(setup_error("batch_size: 1 new_height: 10000 new_width: 10000"),
+              HasSubstr("more than the 67108864 pixels"));
   EXPECT_THAT(setup_error("batch_size: 1 rand_skip: 6"),
               AllOf(HasSubstr("list.txt'"), HasSubstr("rand_skip 6 is more than the 5")));
   EXPECT_THAT(setup_error("batch_size: 0"), HasSubstr("batch_size must be > 0"));

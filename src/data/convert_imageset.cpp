@@ -43,6 +43,9 @@ void check_options(const ImagesetOptions& o) {
                      (o.resize_height > 0) == (o.resize_width > 0),
                  "--resize_height ", o.resize_height, " and --resize_width ", o.resize_width,
                  ": give both (positive), or neither to keep each image's size");
+  LAMINA_REQUIRE(o.resize_height <= kMaxImagePixels / std::max<int64_t>(o.resize_width, 1),
+                 "--resize_height ", o.resize_height, " x --resize_width ", o.resize_width,
+                 " is more than the ", kMaxImagePixels, " pixels an image may have");
   const std::string type = lowercase(o.encode_type);
   LAMINA_REQUIRE(type.empty() || type == "jpg" || type == "jpeg" || type == "png",
                  "--encode_type '", o.encode_type, "': Lamina encodes jpg and png");

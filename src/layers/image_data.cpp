@@ -153,6 +153,10 @@ class ImageDataLayer final : public PrefetchedData {
     LAMINA_REQUIRE((p.new_height() > 0) == (p.new_width() > 0), where(), "image_data_param "
                    "has new_height ", p.new_height(), " and new_width ", p.new_width(),
                    "; set both to resize the images, or neither");
+    LAMINA_REQUIRE(int64_t(p.new_height()) * p.new_width() <= kMaxImagePixels, where(),
+                   "image_data_param resizes to ", p.new_width(), " x ", p.new_height(),
+                   " (width x height), more than the ", kMaxImagePixels, " pixels an image "
+                   "may have");
     // transform_param, with image_data_param's older fields moved in (Caffe's upgrade)
     TransformationParameter transform = param_.transform_param();
     copy_data_transform_fields(p, transform);
