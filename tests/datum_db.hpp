@@ -1,5 +1,5 @@
-// Datum databases written by the tests independently of Lamina's writer: Datum bytes built
-// from the format's field numbers, and LMDB written through liblmdb directly.
+// Datum databases written and read by the tests independently of Lamina's database code:
+// Datum bytes built from the format's field numbers, and LMDB through liblmdb directly.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -47,6 +47,17 @@ inline std::string datum_bytes(int channels, int height, int width, const std::s
   return out;
 }
 
+// An encoded Datum's bytes, as Caffe's convert_imageset --encoded writes it: the file in data
+// (field 4), the label (5) and encoded: true (7); no dimensions.
+inline std::string encoded_datum_bytes(const std::string& file, int label) {
+  std::string out;
+  out += char(4 << 3 | 2), put_varint(out, file.size());
+  out += file;
+  out += char(5 << 3), put_varint(out, uint64_t(uint32_t(label)));
+  out += char(7 << 3), out += char(1);
+  return out;
+}
+
 // An LMDB database at path (a new directory) holding the records, via liblmdb only.
 inline void write_lmdb(const std::string& path,
                        const std::vector<std::pair<std::string, std::string>>& records) {
@@ -66,6 +77,33 @@ inline void write_lmdb(const std::string& path,
   }
   ASSERT_EQ(mdb_txn_commit(txn), MDB_SUCCESS);
   mdb_env_close(env);
+}
+
+// Every (key, value) of the LMDB database at path, in key order, via liblmdb only.
+inline std::vector<std::pair<std::string, std::string>> read_lmdb(const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> records;
+  MDB_env* env = nullptr;
+  EXPECT_EQ(mdb_env_create(&env), MDB_SUCCESS);
+  if (mdb_env_open(env, path.c_str(), MDB_RDONLY | MDB_NOTLS, 0664) != MDB_SUCCESS) {
+    ADD_FAILURE() << "cannot open LMDB " << path;
+    mdb_env_close(env);
+    return records;
+  }
+  MDB_txn* txn = nullptr;
+  MDB_dbi dbi = 0;
+  MDB_cursor* cursor = nullptr;
+  EXPECT_EQ(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn), MDB_SUCCESS);
+  EXPECT_EQ(mdb_dbi_open(txn, nullptr, 0, &dbi), MDB_SUCCESS);
+  EXPECT_EQ(mdb_cursor_open(txn, dbi, &cursor), MDB_SUCCESS);
+  MDB_val k, v;
+  for (int op = MDB_FIRST; mdb_cursor_get(cursor, &k, &v, MDB_cursor_op(op)) == MDB_SUCCESS;
+       op = MDB_NEXT)
+    records.emplace_back(std::string(static_cast<char*>(k.mv_data), k.mv_size),
+                         std::string(static_cast<char*>(v.mv_data), v.mv_size));
+  mdb_cursor_close(cursor);
+  mdb_txn_abort(txn);
+  mdb_env_close(env);
+  return records;
 }
 
 // A LevelDB database at path (new) holding the records, via LevelDB's own API.

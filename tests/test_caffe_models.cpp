@@ -354,13 +354,13 @@ const std::string kWrongParamMessage = std::string(kInput) + R"(
           pooling_param { pool: MAX } })";
 // Caffe's own data layer, as in its lenet_train_test.prototxt.
 // Caffe's own data layer, as in its lenet_train_test.prototxt, over a database that is not
-// there; and ImageData, which Lamina does not have yet.
+// there; and WindowData, which Lamina does not have yet.
 constexpr const char* kDataLayer = R"(
   layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN }
           transform_param { scale: 0.00390625 }
           data_param { source: "examples/mnist/mnist_train_lmdb" batch_size: 64 backend: LMDB } })";
-constexpr const char* kImageDataType = R"(
-  layer { name: "images" type: "ImageData" top: "data" top: "label" include { phase: TRAIN } })";
+constexpr const char* kWindowDataType = R"(
+  layer { name: "windows" type: "WindowData" top: "data" top: "label" include { phase: TRAIN } })";
 
 INSTANTIATE_TEST_SUITE_P(
     Fields, CaffeUnsupported,
@@ -370,7 +370,7 @@ INSTANTIATE_TEST_SUITE_P(
                     "pooling_param"},
         Unsupported{"Caffe's Data layer without its database", kDataLayer,
                     "layer 'mnist' (Data): LMDB database 'examples/mnist/mnist_train_lmdb'"},
-        Unsupported{"Caffe's ImageData layer type", kImageDataType, "'ImageData'"}),
+        Unsupported{"Caffe's WindowData layer type", kWindowDataType, "'WindowData'"}),
     [](const ::testing::TestParamInfo<Unsupported>& info) {
       std::string name;
       for (const char* c = info.param.what; *c; ++c)
@@ -389,9 +389,9 @@ TEST(CaffeEngine, IsAcceptedOnConvolutionAndPooling) {
 
 TEST(CaffeUnsupportedField, AnUnknownDataLayerTypeErrorListsTheDataLayers) {
   const std::string message = error_of([] {
-    Net net(parse_net_parameter(kImageDataType, "caffe.prototxt"), TRAIN, native(), 1);
+    Net net(parse_net_parameter(kWindowDataType, "caffe.prototxt"), TRAIN, native(), 1);
   });
-  EXPECT_THAT(message, AllOf(HasSubstr("'ImageData'"), HasSubstr("MnistData"),
+  EXPECT_THAT(message, AllOf(HasSubstr("'WindowData'"), HasSubstr("MnistData"),
                              HasSubstr("HDF5Data")));
 }
 

@@ -152,14 +152,13 @@ TEST_F(DataLayerTest, TransformsAreDrawnPerStreamPositionFromTheSeed) {
   TransformationParameter p;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(transform, &p));
   DataTransformer reference(p, TRAIN, "");
-  reference.set_input({1, kRows, kCols});
   std::vector<std::vector<float>> batches;
   for (int pass = 0; pass < 6; ++pass) {
     const std::vector<float> got = next(*first).first;
     batches.push_back(got);
     for (int r = 0; r < batch; ++r) {  // stream position s is record s % num
       const int s = pass * batch + r;
-      const TransformDraw d = reference.draw(5, uint64_t(s));
+      const TransformDraw d = reference.draw(5, uint64_t(s), {1, kRows, kCols});
       for (int h = 0; h < 2; ++h)
         for (int w = 0; w < 2; ++w) {
           const int src_w = d.w_off + (d.mirror ? 1 - w : w);

@@ -86,16 +86,19 @@ TEST(Database, AnLmdbOfDatumsWrittenByLiblmdbFromTheFieldNumbersIsRead) {
   const auto records = read_all(path, DbKind::kLmdb);
   ASSERT_EQ(records.size(), 2u);
   EXPECT_EQ(records[0].first, "00000000");
-  Datum datum;
-  DatumShape shape = parse_raw_datum(records[0].second, "db", records[0].first, datum);
-  EXPECT_EQ(shape, (DatumShape{2, 1, 2}));
-  EXPECT_EQ(datum.label(), 4);
-  EXPECT_THAT(std::vector<float>(datum.float_data().begin(), datum.float_data().end()),
+  DatumBuffers buffers;
+  DatumValues example =
+      read_datum(records[0].second, "db", records[0].first, ImageMode::kAsIs, buffers);
+  EXPECT_EQ(example.shape, (DatumShape{2, 1, 2}));
+  EXPECT_EQ(buffers.datum.label(), 4);
+  ASSERT_NE(example.floats, nullptr);
+  EXPECT_THAT(std::vector<float>(example.floats, example.floats + 4),
               ::testing::ElementsAre(0.5f, -1, 2, 3));
-  shape = parse_raw_datum(records[1].second, "db", records[1].first, datum);
-  EXPECT_EQ(shape, (DatumShape{1, 2, 3}));
-  EXPECT_EQ(datum.label(), 9);
-  EXPECT_EQ(datum.data(), pixels);
+  example = read_datum(records[1].second, "db", records[1].first, ImageMode::kAsIs, buffers);
+  EXPECT_EQ(example.shape, (DatumShape{1, 2, 3}));
+  EXPECT_EQ(buffers.datum.label(), 9);
+  ASSERT_NE(example.bytes, nullptr);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(example.bytes), 6), pixels);
 }
 
 TEST(Database, MissingWrongKindCorruptAndExistingPathsAreErrorsNamingThePath) {
@@ -139,48 +142,48 @@ TEST(Datum, DimensionsBeyondWhatADatumHoldsAreErrors) {
 }
 
 TEST(Datum, BadRecordsAreErrorsNamingTheDatabaseAndTheKey) {
-  Datum datum;
+  DatumBuffers buffers;
+  const auto read = [&](std::string_view bytes, const std::string& source,
+                        std::string_view key) {
+    read_datum(bytes, source, key, ImageMode::kAsIs, buffers);
+  };
   const std::string source = "LMDB database 'train_lmdb'";
-  EXPECT_THAT(error_of([&] { parse_raw_datum(datum_bytes(3, 2, 2, "12345", 0), source,
-                                             "00000042", datum); }),
+  EXPECT_THAT(error_of([&] { read(datum_bytes(3, 2, 2, "12345", 0), source, "00000042"); }),
               AllOf(HasSubstr("train_lmdb"), HasSubstr("record '00000042'"),
                     HasSubstr("holds 5 bytes"), HasSubstr("3 x 2 x 2 = 12")));
-  EXPECT_THAT(error_of([&] { parse_raw_datum(datum_bytes(1, 1, 2, "", 0, {1}), source, "k7",
-                                             datum); }),
+  EXPECT_THAT(error_of([&] { read(datum_bytes(1, 1, 2, "", 0, {1}), source, "k7"); }),
               AllOf(HasSubstr("record 'k7'"), HasSubstr("holds 1 float_data values")));
-  EXPECT_THAT(error_of([&] { parse_raw_datum("\xff\xff\xff", source, "k8", datum); }),
+  EXPECT_THAT(error_of([&] { read("\xff\xff\xff", source, "k8"); }),
               AllOf(HasSubstr("record 'k8'"), HasSubstr("is not a Datum")));
-  EXPECT_THAT(error_of([&] { parse_raw_datum(datum_bytes(0, 2, 2, "", 0), source, "k9",
-                                             datum); }),
+  EXPECT_THAT(error_of([&] { read(datum_bytes(0, 2, 2, "", 0), source, "k9"); }),
               AllOf(HasSubstr("record 'k9'"), HasSubstr("must be positive")));
   std::string encoded = datum_bytes(3, 4, 4, "\x89PNG", 0);
   encoded += char(7 << 3), encoded += char(1);  // encoded: true
-  EXPECT_THAT(error_of([&] { parse_raw_datum(encoded, source, "k10", datum); }),
-              AllOf(HasSubstr("record 'k10'"), HasSubstr("encoded image")));
+  EXPECT_THAT(error_of([&] { read(encoded, source, "k10"); }),
+              AllOf(HasSubstr("record 'k10' (an encoded Datum)"),
+                    HasSubstr("neither a JPEG nor a PNG")));
 }
 
 // ---- transforms ----
 
-// A (C, H, W) example whose value at (c, h, w) is 100 c + 10 h + w (below 256 for the
-// shapes used), as a parsed raw Datum.
-Datum example(const DatumShape& s) {
-  std::string pixels;
+// The bytes of a (C, H, W) example whose value at (c, h, w) is 100 c + 10 h + w (below 256
+// for the shapes used).
+std::vector<uint8_t> example(const DatumShape& s) {
+  std::vector<uint8_t> pixels;
   for (int64_t c = 0; c < s.channels; ++c)
     for (int64_t h = 0; h < s.height; ++h)
-      for (int64_t w = 0; w < s.width; ++w) pixels += char(100 * c + 10 * h + w);
-  Datum datum;
-  parse_raw_datum(datum_bytes(int(s.channels), int(s.height), int(s.width), pixels, 0), "test",
-                  "k", datum);
-  return datum;
+      for (int64_t w = 0; w < s.width; ++w) pixels.push_back(uint8_t(100 * c + 10 * h + w));
+  return pixels;
 }
 
 float value_at(int64_t c, int64_t h, int64_t w) { return float(100 * c + 10 * h + w); }
 
 // Applies a transformer to example(in) with the draw given.
 std::vector<float> transformed(DataTransformer& t, const DatumShape& in, const TransformDraw& d) {
-  const DatumShape out = t.set_input(in);
+  const DatumShape out = t.output_shape(in, "");
   std::vector<float> values(size_t(out.count()));
-  t.transform(example(in), d, values.data());
+  const std::vector<uint8_t> pixels = example(in);
+  t.transform({in, pixels.data(), nullptr}, d, values.data());
   return values;
 }
 
@@ -190,8 +193,8 @@ TEST(DataTransformer, TestPhaseCropsTheCentreAndScales) {
   p.set_scale(0.5f);
   DataTransformer t(p, TEST, "layer 'd' (Data): ");
   const DatumShape in{2, 6, 7};
-  EXPECT_EQ(t.set_input(in), (DatumShape{2, 3, 3}));
-  const TransformDraw d = t.draw(1, 5);
+  EXPECT_EQ(t.output_shape(in, ""), (DatumShape{2, 3, 3}));
+  const TransformDraw d = t.draw(1, 5, in);
   EXPECT_EQ(d.h_off, 1);  // (6 - 3) / 2
   EXPECT_EQ(d.w_off, 2);  // (7 - 3) / 2
   EXPECT_FALSE(d.mirror);
@@ -208,12 +211,11 @@ TEST(DataTransformer, TrainPhaseDrawsOffsetsAndMirrorsReproduciblyFromTheSeed) {
   p.set_mirror(true);
   DataTransformer t(p, TRAIN, "");
   const DatumShape in{1, 6, 8};
-  t.set_input(in);
   std::set<int64_t> rows, cols;
   int mirrored = 0;
   for (uint64_t e = 0; e < 400; ++e) {
-    const TransformDraw d = t.draw(7, e);
-    const TransformDraw again = t.draw(7, e);
+    const TransformDraw d = t.draw(7, e, in);
+    const TransformDraw again = t.draw(7, e, in);
     EXPECT_EQ(d.h_off, again.h_off);
     EXPECT_EQ(d.w_off, again.w_off);
     EXPECT_EQ(d.mirror, again.mirror);
@@ -225,7 +227,7 @@ TEST(DataTransformer, TrainPhaseDrawsOffsetsAndMirrorsReproduciblyFromTheSeed) {
   EXPECT_LT(mirrored, 250);
   int differ = 0;  // another seed, other draws
   for (uint64_t e = 0; e < 50; ++e) {
-    const TransformDraw a = t.draw(7, e), b = t.draw(8, e);
+    const TransformDraw a = t.draw(7, e, in), b = t.draw(8, e, in);
     differ += a.h_off != b.h_off || a.w_off != b.w_off || a.mirror != b.mirror;
   }
   EXPECT_GT(differ, 25);
@@ -242,9 +244,8 @@ TEST(DataTransformer, MirrorWithoutCropReversesRowsInBothPhases) {
   for (Phase phase : {TRAIN, TEST}) {
     DataTransformer t(p, phase, "");
     const DatumShape in{2, 2, 3};
-    t.set_input(in);
     int mirrored = 0;
-    for (uint64_t e = 0; e < 100; ++e) mirrored += t.draw(3, e).mirror;
+    for (uint64_t e = 0; e < 100; ++e) mirrored += t.draw(3, e, in).mirror;
     EXPECT_GT(mirrored, 25) << "Caffe mirrors in TEST too";
     const std::vector<float> out = transformed(t, in, {true, 0, 0});
     for (int64_t c = 0; c < 2; ++c)
@@ -307,11 +308,11 @@ TEST(DataTransformer, FloatDataIsTransformedLikeBytes) {
   p.add_mean_value(1);
   p.set_scale(3);
   DataTransformer t(p, TEST, "");
-  t.set_input({1, 1, 3});
-  Datum datum;
-  parse_raw_datum(datum_bytes(1, 1, 3, "", 0, {0.5f, -2, 4}), "test", "k", datum);
+  const DatumShape in{1, 1, 3};
+  EXPECT_EQ(t.output_shape(in, ""), in);
+  const float values[] = {0.5f, -2, 4};
   std::vector<float> out(3);
-  t.transform(datum, {}, out.data());
+  t.transform({in, nullptr, values}, {}, out.data());
   EXPECT_THAT(out, ::testing::ElementsAre(-1.5f, -9, 9));
 }
 
@@ -325,17 +326,17 @@ TEST(DataTransformer, BadSettingsAreErrorsSayingWhatToFix) {
               AllOf(HasSubstr(where), HasSubstr("both mean_file and mean_value")));
   TransformationParameter crop;
   crop.set_crop_size(5);
-  EXPECT_THAT(error_of([&] { DataTransformer(crop, TEST, where).set_input({1, 4, 9}); }),
-              AllOf(HasSubstr(where), HasSubstr("crop_size 5 is larger than the images, 4 x 9"),
+  EXPECT_THAT(error_of([&] { DataTransformer(crop, TEST, "").output_shape({1, 4, 9}, where); }),
+              AllOf(HasSubstr(where), HasSubstr("crop_size 5 is larger than the image, 4 x 9"),
                     HasSubstr("at most 4")));
   TransformationParameter mean;
   mean.set_mean_file(write_mean(dir, {1, 2, 2}));
-  EXPECT_THAT(error_of([&] { DataTransformer(mean, TEST, where).set_input({3, 2, 2}); }),
+  EXPECT_THAT(error_of([&] { DataTransformer(mean, TEST, "").output_shape({3, 2, 2}, where); }),
               AllOf(HasSubstr(where), HasSubstr("mean.binaryproto"), HasSubstr("(1, 2, 2)"),
                     HasSubstr("(3, 2, 2)")));
   TransformationParameter values;
   values.add_mean_value(1), values.add_mean_value(2);
-  EXPECT_THAT(error_of([&] { DataTransformer(values, TEST, where).set_input({3, 2, 2}); }),
+  EXPECT_THAT(error_of([&] { DataTransformer(values, TEST, "").output_shape({3, 2, 2}, where); }),
               AllOf(HasSubstr(where), HasSubstr("2 mean_value entries for 3 channels")));
   TransformationParameter missing;
   missing.set_mean_file(dir / "no_mean.binaryproto");

@@ -130,7 +130,7 @@ const std::vector<InPlaceCase>& cases() {
 }
 
 // Types that take no bottom, so that no top can be one: the net refuses a bottom.
-const std::set<std::string> kNoBottoms = {"Input",      "MnistData",  "Data",
+const std::set<std::string> kNoBottoms = {"Input",      "MnistData",  "Data",      "ImageData",
                                           "DummyData",  "MemoryData", "HDF5Data"};
 // Types for which in place cannot arise either: Parameter has no bottom (its own test is in
 // test_shape_layers.cpp), Silence and HDF5Output no top.

@@ -201,4 +201,29 @@ expect_error "snapshot_diff" "snapshot_diff is true, but Lamina's snapshots do n
   "$lamina" train --solver "$(solver_file diff "" "snapshot_diff: true")"
 expect_error "train_state phase" "train_state sets phase: TEST" \
   "$lamina" train --solver "$(solver_file train_state "" "train_state { phase: TEST }")"
+
+# Caffe's data tools over images (images/: two PNGs and their list).
+expect_success "convert_imageset" "wrote 2 records to LMDB database '$tmp/images_lmdb'" \
+  "$lamina" convert_imageset images/ images/list.txt "$tmp/images_lmdb" --shuffle --seed 3
+expect_success "compute_image_mean of the images" "mean_value channel \[2\]: " \
+  "$lamina" compute_image_mean "$tmp/images_lmdb" "$tmp/images_mean.binaryproto"
+expect_error "convert_imageset over an existing database" "images_lmdb'.*already exists" \
+  "$lamina" convert_imageset images/ images/list.txt "$tmp/images_lmdb"
+expect_error "convert_imageset: a missing list file" "image list file 'nothing.txt'" \
+  "$lamina" convert_imageset images/ nothing.txt "$tmp/none_lmdb"
+printf 'red.png 1\nred.png\n' > "$tmp/no_label.txt"
+expect_error "convert_imageset: a line without a label" \
+  "list file '$tmp/no_label.txt', line 2: 'red.png' has no label" \
+  "$lamina" convert_imageset images/ "$tmp/no_label.txt" "$tmp/none_lmdb"
+printf 'blue.png 1\n' > "$tmp/missing.txt"
+expect_error "convert_imageset: a missing image" \
+  "list file '$tmp/missing.txt', line 1: image 'images/blue.png'" \
+  "$lamina" convert_imageset images/ "$tmp/missing.txt" "$tmp/none_lmdb"
+[ ! -e "$tmp/none_lmdb" ] ||
+  { echo "FAIL: a failed convert_imageset left a database"; failures=$((failures + 1)); }
+expect_error "convert_imageset: one resize dimension" "give both" \
+  "$lamina" convert_imageset images/ images/list.txt "$tmp/x_lmdb" --resize_height 4
+expect_error "compute_image_mean: both force flags" "--force_color or --force_gray, not both" \
+  "$lamina" compute_image_mean "$tmp/images_lmdb" "$tmp/x.binaryproto" --force_color \
+  --force_gray
 report

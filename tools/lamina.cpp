@@ -1,8 +1,8 @@
 // The lamina command-line tool: train a net from a solver prototxt (resuming from a
 // snapshot or starting from trained weights), score trained weights, time a net layer by
 // layer, convert weights to and from Caffe's .caffemodel, Caffe's data tools (convert_mnist,
-// compute_image_mean), list GPUs. User mistakes print one message and exit 1; a misspelt
-// subcommand or option is named with the closest one (command_line.hpp).
+// convert_imageset, compute_image_mean), list GPUs. User mistakes print one message and exit
+// 1; a misspelt subcommand or option is named with the closest one (command_line.hpp).
 //
 // --stage and --level choose the net's state (which layers its include/exclude rules keep),
 // as Caffe's tool's flags do: for `test` and `time` the net's, for `train` the train net's
@@ -522,10 +522,25 @@ int convert_mnist_command(const std::string& images, const std::string& labels,
   return 0;
 }
 
+// Caffe's convert_imageset: a list file of images to a database of Datums keyed "%08d_PATH".
+int convert_imageset_command(const std::string& root, const std::string& list,
+                             const std::string& db, const std::string& backend,
+                             lamina::ImagesetOptions options) {
+  options.backend = lamina::parse_db_kind(backend);
+  const int64_t n = lamina::convert_imageset(root, list, db, options);
+  std::cout << "wrote " << n << " records to " << lamina::db_name(db, options.backend) << "\n";
+  return 0;
+}
+
 // Caffe's compute_image_mean: the mean image of a database, and each channel's mean.
 int compute_image_mean_command(const std::string& db, const std::string& mean_path,
-                               const std::string& backend) {
-  const lamina::BlobProto mean = lamina::compute_image_mean(db, lamina::parse_db_kind(backend));
+                               const std::string& backend, bool force_color, bool force_gray) {
+  LAMINA_REQUIRE(!(force_color && force_gray), "give --force_color or --force_gray, not both");
+  const lamina::ImageMode mode = force_color  ? lamina::ImageMode::kColor
+                                 : force_gray ? lamina::ImageMode::kGray
+                                              : lamina::ImageMode::kAsIs;
+  const lamina::BlobProto mean =
+      lamina::compute_image_mean(db, lamina::parse_db_kind(backend), mode);
   lamina::write_blob_proto(mean, mean_path);
   const int64_t pixels = int64_t(mean.height()) * mean.width();
   for (int c = 0; c < mean.channels(); ++c) {
@@ -665,12 +680,47 @@ int main(int argc, char** argv) {
   mnist_cmd->add_option("LABELS", labels, "IDX label file (N)")->required();
   mnist_cmd->add_option("DB", db_path, "The database to create (a new directory)")->required();
   mnist_cmd->add_option("--backend", db_backend, "lmdb (the default) or leveldb");
+  auto* imageset_cmd = app.add_subcommand(
+      "convert_imageset", "Convert the images of a list file (PATH LABEL lines) to a database "
+      "of Datums, as Caffe's convert_imageset (keys %08d_PATH)");
+  std::string root, list;
+  lamina::ImagesetOptions imageset;
+  imageset_cmd->add_option("ROOT", root, "Prepended to each listed path as it is (end it with "
+                           "/ for a folder; \"\" for none)")
+      ->required();
+  imageset_cmd->add_option("LIST", list, "The list file: one PATH LABEL a line, the label "
+                           "after the last space")
+      ->required();
+  imageset_cmd->add_option("DB", db_path, "The database to create (a new directory)")
+      ->required();
+  imageset_cmd->add_option("--resize_height", imageset.resize_height,
+                           "Resize every image to this height (with --resize_width; bilinear, "
+                           "as cv::resize)");
+  imageset_cmd->add_option("--resize_width", imageset.resize_width,
+                           "Resize every image to this width (with --resize_height)");
+  imageset_cmd->add_flag("--shuffle", imageset.shuffle, "Write the lines in a random order "
+                         "drawn from --seed");
+  imageset_cmd->add_option("--seed", imageset.seed, "The seed of --shuffle (default 1)");
+  imageset_cmd->add_flag("--gray", imageset.gray, "Decode the images in gray (1 channel); "
+                         "else in colour (3, B G R)");
+  imageset_cmd->add_flag("--encoded", imageset.encoded, "Store the images as JPEG/PNG files "
+                         "(encoded Datums) instead of raw pixels");
+  imageset_cmd->add_option("--encode_type", imageset.encode_type, "With --encoded: jpg or png, "
+                           "re-encoding images of another type (implies --encoded)");
+  imageset_cmd->add_flag("--check_size", imageset.check_size, "Require every image to have "
+                         "the first one's size");
+  imageset_cmd->add_option("--backend", db_backend, "lmdb (the default) or leveldb");
   auto* mean_cmd = app.add_subcommand(
       "compute_image_mean", "Write the mean image of a database of Datums as a BlobProto "
       "(.binaryproto, for transform_param.mean_file), as Caffe's compute_image_mean");
   mean_cmd->add_option("DB", db_path, "The database")->required();
   mean_cmd->add_option("MEAN", mean_path, "The .binaryproto file to write")->required();
   mean_cmd->add_option("--backend", db_backend, "lmdb (the default) or leveldb");
+  bool force_color = false, force_gray = false;
+  mean_cmd->add_flag("--force_color", force_color, "Decode encoded (JPEG/PNG) records in colour, "
+                     "as transform_param.force_color (default: as each file is, as Caffe)");
+  mean_cmd->add_flag("--force_gray", force_gray, "Decode encoded records in gray, as "
+                     "transform_param.force_gray");
 
   if (const std::optional<int> status = lamina::cli::parse(app, argc, argv)) return *status;
   if (train_level_option->count() > 0) train_options.state.level = train_level;
@@ -692,7 +742,10 @@ int main(int argc, char** argv) {
     if (*time_cmd) return time_net(model_path, iterations, gpu, precision, state);
     if (*query_cmd) return device_query(count_only, name_of, name_option->count() > 0);
     if (*mnist_cmd) return convert_mnist_command(images, labels, db_path, db_backend);
-    if (*mean_cmd) return compute_image_mean_command(db_path, mean_path, db_backend);
+    if (*imageset_cmd)
+      return convert_imageset_command(root, list, db_path, db_backend, imageset);
+    if (*mean_cmd)
+      return compute_image_mean_command(db_path, mean_path, db_backend, force_color, force_gray);
   } catch (const lamina::Error& e) {
     std::cerr << "lamina: error" << lamina::cli::worker_label() << ": " << e.what() << std::endl;
     lamina::cli::abort_job();  // under mpirun: the other processes stop too

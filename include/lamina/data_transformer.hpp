@@ -1,4 +1,4 @@
-// Caffe's DataTransformer for raw Datums: one example (C, H, W) becomes (C, H', W') floats,
+// Caffe's DataTransformer: one example (C, H, W) becomes (C, H', W') floats,
 //
 //   out[c][h][w] = (in[c][h_off + h][w_off + w'] - mean) * scale,
 //   w' = mirror ? W' - 1 - w : w,
@@ -11,7 +11,10 @@
 // mirrored with probability 1/2 in both phases, as in Caffe (whose TEST nets mirror too).
 // The random numbers come from counter_rng.hpp for (seed, example index), so an example's
 // transform does not depend on which thread computes it or when.
-// force_color and force_gray concern encoded images only; raw Datums ignore them, as Caffe.
+// Examples may differ in size where the crop makes them one (H' x W'), as in Caffe; each is
+// checked (output_shape) with its own (C, H, W).
+// force_color and force_gray say how encoded images decode (image_mode); raw Datums ignore
+// them, as Caffe.
 #pragma once
 
 #include <cstdint>
@@ -35,26 +38,36 @@ class DataTransformer {
   // mean_file together with mean_value is an Error, as in Caffe.
   DataTransformer(const TransformationParameter& param, Phase phase, std::string where);
 
-  // Sets the shape of the examples to come and returns the transformed shape. A crop larger
-  // than the image, a mean_file of another shape, or mean_value with neither 1 nor C values
-  // is an Error naming what to fix.
-  DatumShape set_input(const DatumShape& in);
+  // The transformed shape of an example of shape `in`. A crop larger than the example, a
+  // mean_file of another shape, or mean_value with neither 1 nor C values is an Error
+  // starting with prefix (where_ or the record) and naming what to fix.
+  DatumShape output_shape(const DatumShape& in, const std::string& prefix) const;
 
-  // The random choices for example `example` of the stream seeded by seed.
-  TransformDraw draw(uint64_t seed, uint64_t example) const;
-  // out (C, H', W') from a raw Datum of the input shape (parse_raw_datum checked it).
-  void transform(const Datum& datum, const TransformDraw& draw, float* out) const;
+  // Checks that an example of shape `in`, another than the first example's (`first`),
+  // transforms to the same shape, as the examples of one batch must: examples may differ in
+  // size where the crop makes them one, as in Caffe. Errors start with prefix.
+  void require_same_output(const DatumShape& in, const DatumShape& first,
+                           const std::string& prefix) const;
+
+  // How encoded images decode: force_color, force_gray, or as each file is. Both set is an
+  // Error, as in Caffe.
+  ImageMode image_mode() const;
+
+  // The random choices for example `example` of the stream seeded by seed, of shape `in`.
+  TransformDraw draw(uint64_t seed, uint64_t example, const DatumShape& in) const;
+  // out (C, H', W') from an example (output_shape accepted its shape).
+  void transform(const DatumValues& in, const TransformDraw& draw, float* out) const;
 
  private:
   template <class Value>
-  void transform_values(const Value* in, const TransformDraw& draw, float* out) const;
+  void transform_values(const Value* in, const DatumShape& shape, const TransformDraw& draw,
+                        float* out) const;
 
   TransformationParameter param_;
   Phase phase_;
   std::string where_;
   DatumShape mean_shape_;     // of mean_file
   std::vector<float> mean_;   // mean_file's values (C, H, W), or one per channel
-  DatumShape in_, out_;
 };
 
 // A BlobProto file's values and its shape as (C, H, W): the legacy num/channels/height/width

@@ -44,6 +44,10 @@ void copy_data_transform_fields(const DataParameter& from, TransformationParamet
   copy_transform_fields(from, to);
 }
 
+void copy_data_transform_fields(const ImageDataParameter& from, TransformationParameter& to) {
+  copy_transform_fields(from, to);
+}
+
 const char* v1_layer_type(V1LayerParameter::LayerType type) {
   switch (type) {
     case V1LayerParameter::NONE: return "";

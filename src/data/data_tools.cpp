@@ -10,11 +10,6 @@
 #include "lamina/snapshot.hpp"
 
 namespace lamina {
-namespace {
-
-constexpr int64_t kRecordsPerCommit = 1000;  // as Caffe's converters
-
-}  // namespace
 
 int64_t convert_mnist(const std::string& images, const std::string& labels,
                       const std::string& db_path, DbKind kind) {
@@ -49,30 +44,34 @@ int64_t convert_mnist(const std::string& images, const std::string& labels,
   return n;
 }
 
-BlobProto compute_image_mean(const std::string& db_path, DbKind kind) {
+BlobProto compute_image_mean(const std::string& db_path, DbKind kind, ImageMode mode) {
   std::unique_ptr<DbReader> db = open_db(db_path, kind);
   const std::string source = db_name(db_path, kind);
   std::unique_ptr<DbCursor> cursor = db->cursor();
   LAMINA_REQUIRE(cursor->valid(), source, ": the database holds no records");
-  Datum datum;
+  DatumBuffers buffers;
   DatumShape first;
   std::vector<double> sum;
   int64_t count = 0;
   for (; cursor->valid(); cursor->next(), ++count) {
-    const DatumShape shape = parse_raw_datum(cursor->value(), source, cursor->key(), datum);
+    const DatumValues example = read_datum(cursor->value(), source, cursor->key(), mode,
+                                           buffers);
+    const DatumShape& shape = example.shape;
     if (count == 0) {
       first = shape;
       sum.assign(size_t(shape.count()), 0.0);
     }
-    LAMINA_REQUIRE(shape == first, record_prefix(source, cursor->key()), "is ", shape.channels,
-                   " x ", shape.height, " x ", shape.width, " but the first record is ",
-                   first.channels, " x ", first.height, " x ", first.width,
-                   "; a mean needs images of one shape");
-    if (!datum.data().empty()) {
-      const auto* bytes = reinterpret_cast<const uint8_t*>(datum.data().data());
-      for (size_t i = 0; i < sum.size(); ++i) sum[i] += bytes[i];
+    LAMINA_REQUIRE(shape == first, record_prefix(source, cursor->key()), "is ",
+                   shape_text(shape), " but the first record is ", shape_text(first),
+                   " (C x H x W); a mean needs images of one shape",
+                   shape.channels != first.channels && buffers.datum.encoded()
+                       ? " (decode every image in colour or in gray: --force_color or "
+                         "--force_gray)"
+                       : "");
+    if (example.bytes) {
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += example.bytes[i];
     } else {
-      for (size_t i = 0; i < sum.size(); ++i) sum[i] += datum.float_data(int(i));
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += example.floats[i];
     }
   }
   BlobProto mean;

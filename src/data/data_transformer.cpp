@@ -1,4 +1,4 @@
-// Caffe's transforms of raw Datums (data_transformer.hpp).
+// Caffe's transforms of examples (data_transformer.hpp).
 #include "lamina/data_transformer.hpp"
 
 #include "lamina/blob_proto.hpp"
@@ -45,29 +45,51 @@ DataTransformer::DataTransformer(const TransformationParameter& param, Phase pha
   }
 }
 
-DatumShape DataTransformer::set_input(const DatumShape& in) {
+DatumShape DataTransformer::output_shape(const DatumShape& in, const std::string& prefix) const {
   const int64_t crop = param_.crop_size();
-  LAMINA_REQUIRE(crop <= in.height && crop <= in.width, where_, "transform_param.crop_size ",
-                 crop, " is larger than the images, ", in.height, " x ", in.width,
+  LAMINA_REQUIRE(crop <= in.height && crop <= in.width, prefix, "transform_param.crop_size ",
+                 crop, " is larger than the image, ", in.height, " x ", in.width,
                  " (height x width); crop_size must be at most ", std::min(in.height, in.width));
-  LAMINA_REQUIRE(!param_.has_mean_file() || mean_shape_ == in, where_, "the mean file '",
+  LAMINA_REQUIRE(!param_.has_mean_file() || mean_shape_ == in, prefix, "the mean file '",
                  param_.mean_file(), "' is ", shape_string(mean_shape_.shape()),
-                 " (C, H, W), but the images are ", shape_string(in.shape()),
+                 " (C, H, W), but the image is ", shape_string(in.shape()),
                  "; compute the mean of this data (lamina compute_image_mean)");
-  LAMINA_REQUIRE(param_.has_mean_file() || mean_.size() <= 1 || int64_t(mean_.size()) == in.channels,
-                 where_, "transform_param has ", mean_.size(), " mean_value entries for ",
+  LAMINA_REQUIRE(param_.has_mean_file() || mean_.size() <= 1 ||
+                     int64_t(mean_.size()) == in.channels,
+                 prefix, "transform_param has ", mean_.size(), " mean_value entries for ",
                  in.channels, " channels; give one value, or one per channel");
-  in_ = in;
-  out_ = {in.channels, crop ? crop : in.height, crop ? crop : in.width};
-  return out_;
+  return {in.channels, crop ? crop : in.height, crop ? crop : in.width};
 }
 
-TransformDraw DataTransformer::draw(uint64_t seed, uint64_t example) const {
+void DataTransformer::require_same_output(const DatumShape& in, const DatumShape& first,
+                                          const std::string& prefix) const {
+  const DatumShape out = output_shape(in, prefix), first_out = output_shape(first, prefix);
+  LAMINA_REQUIRE(out == first_out, prefix, "is ", shape_text(in), " (C x H x W), transformed "
+                 "to ", shape_text(out), ", but the first is ", shape_text(first),
+                 ", transformed to ", shape_text(first_out), "; the examples of a data layer "
+                 "must have one shape (or sizes that crop_size crops to one)",
+                 in.channels != first.channels
+                     ? "; encoded images decode with their own channels unless "
+                       "transform_param.force_color or force_gray is set"
+                     : "");
+}
+
+ImageMode DataTransformer::image_mode() const {
+  LAMINA_REQUIRE(!(param_.force_color() && param_.force_gray()), where_, "transform_param "
+                 "sets both force_color and force_gray; an image decodes in colour or in gray");
+  return param_.force_color() ? ImageMode::kColor
+         : param_.force_gray() ? ImageMode::kGray
+                               : ImageMode::kAsIs;
+}
+
+TransformDraw DataTransformer::draw(uint64_t seed, uint64_t example,
+                                    const DatumShape& in) const {
   const uint64_t first = example * kDrawsPerExample;
   TransformDraw d;
   d.mirror = param_.mirror() && (counter_hash(seed, first) >> 63) != 0;
-  const int64_t rows = in_.height - out_.height + 1, cols = in_.width - out_.width + 1;
-  if (phase_ == TRAIN && param_.crop_size() > 0) {
+  const int64_t crop = param_.crop_size();
+  const int64_t rows = crop ? in.height - crop + 1 : 1, cols = crop ? in.width - crop + 1 : 1;
+  if (phase_ == TRAIN && crop > 0) {
     d.h_off = int64_t(counter_hash(seed, first + 1) % uint64_t(rows));
     d.w_off = int64_t(counter_hash(seed, first + 2) % uint64_t(cols));
   } else {
@@ -77,22 +99,21 @@ TransformDraw DataTransformer::draw(uint64_t seed, uint64_t example) const {
   return d;
 }
 
-void DataTransformer::transform(const Datum& datum, const TransformDraw& draw,
+void DataTransformer::transform(const DatumValues& in, const TransformDraw& draw,
                                 float* out) const {
-  if (!datum.data().empty()) {
-    transform_values(reinterpret_cast<const uint8_t*>(datum.data().data()), draw, out);
-  } else {
-    transform_values(datum.float_data().data(), draw, out);
-  }
+  if (in.bytes) transform_values(in.bytes, in.shape, draw, out);
+  else transform_values(in.floats, in.shape, draw, out);
 }
 
 template <class Value>
-void DataTransformer::transform_values(const Value* in, const TransformDraw& draw,
-                                       float* out) const {
+void DataTransformer::transform_values(const Value* in, const DatumShape& shape,
+                                       const TransformDraw& draw, float* out) const {
   const float scale = param_.scale();
   const bool mean_image = param_.has_mean_file();  // else mean_ holds mean_value
-  const int64_t H = in_.height, W = in_.width, h_out = out_.height, w_out = out_.width;
-  for (int64_t c = 0; c < in_.channels; ++c) {
+  const int64_t crop = param_.crop_size();
+  const int64_t H = shape.height, W = shape.width;
+  const int64_t h_out = crop ? crop : H, w_out = crop ? crop : W;
+  for (int64_t c = 0; c < shape.channels; ++c) {
     const float channel_mean = mean_image || mean_.empty() ? 0.0f
                                : mean_.size() == 1          ? mean_[0]
                                                             : mean_[c];

@@ -19,6 +19,7 @@ void register_convert_layer();         // Convert
 void register_input_layer();           // Input
 void register_mnist_data_layer();      // MnistData
 void register_data_layer();            // Data (LMDB, LevelDB)
+void register_image_data_layer();      // ImageData (a list of JPEG/PNG files)
 void register_convolution_layer();     // Convolution
 void register_pooling_layer();         // Pooling
 void register_batch_norm_layer();      // BatchNorm
@@ -78,6 +79,7 @@ void register_builtin_layers() {
   register_input_layer();
   register_mnist_data_layer();
   register_data_layer();
+  register_image_data_layer();
   register_convolution_layer();
   register_pooling_layer();
   register_batch_norm_layer();

@@ -1,4 +1,5 @@
-// Data: Caffe's data layer over a database (LMDB or LevelDB) of raw Datum records.
+// Data: Caffe's data layer over a database (LMDB or LevelDB) of Datum records, raw or
+// encoded (JPEG/PNG, decoded as transform_param's force_color / force_gray say).
 //
 //   layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN }
 //           transform_param { scale: 0.00390625 }
@@ -7,21 +8,20 @@
 //
 // Tops: data (N, C, H', W'), the records transformed as transform_param says
 // (data_transformer.hpp), and optionally label (N), each record's label as float. The shape
-// comes from the first record; a record of another shape is an Error naming it.
+// comes from the first record (decoded); a record whose transformed shape differs is an
+// Error naming it (records of other sizes that crop_size crops to one are fine, as Caffe).
 // Order (as Caffe, no shuffle): the database in key order, wrapping around at the end:
 // stream position s (prefetched_data.hpp) is record s % records. The stream starts at record
 // k, k drawn from the layer's seed in 0..rand_skip-1 when rand_skip is set (Caffe's random
 // skip, so that workers or runs do not all start at the same point). Record s's random
 // transform is drawn for (seed, s), so every epoch crops and mirrors anew.
 // Prefetch, the device ring, CUDA graphs, data parallel and snapshots: prefetched_data.hpp;
-// `prefetch` batches are prepared ahead.
+// `prefetch` batches are prepared ahead. Records are only copied in read (one thread, in
+// order); parsing, image decoding and transforms run in decode, on every thread.
 // data_param's older scale, mean_file, crop_size and mirror are moved into transform_param,
 // as Caffe's net upgrade does.
-#include <glog/logging.h>
-
 #include <memory>
 
-#include "lamina/counter_rng.hpp"
 #include "lamina/data_transformer.hpp"
 #include "lamina/database.hpp"
 #include "lamina/registry.hpp"
@@ -30,10 +30,6 @@
 
 namespace lamina {
 namespace {
-
-// The counter of the rand_skip draw: beyond every example's (data_transformer.hpp draws
-// three per example from 0 up).
-constexpr uint64_t kSkipCounter = ~uint64_t{0};
 
 // The records of a database, in key order, wrapping around.
 class DbSource final : public RecordSource {
@@ -45,10 +41,11 @@ class DbSource final : public RecordSource {
       : name_(std::move(name)), db_(open_db(path, kind)), records_(db_->count()),
         transformer_(std::move(transformer)) {
     LAMINA_REQUIRE(records_ > 0, name_, ": the database holds no records");
+    mode_ = transformer_->image_mode();
     cursor_ = db_->cursor();
-    Datum datum;
-    shape_ = parse_raw_datum(cursor_->value(), name_, cursor_->key(), datum);
-    example_ = transformer_->set_input(shape_);
+    DatumBuffers buffers;
+    shape_ = read_datum(cursor_->value(), name_, cursor_->key(), mode_, buffers).shape;
+    example_ = transformer_->output_shape(shape_, record_prefix(name_, cursor_->key()));
   }
   int64_t records() const { return records_; }
   const DatumShape& example() const { return example_; }
@@ -65,14 +62,13 @@ class DbSource final : public RecordSource {
   void decode(uint64_t seed, int64_t position, const RawRecords::value_type& record,
               float* data, float* label) const override {
     const auto& [key, value] = record;
-    Datum datum;
-    const DatumShape shape = parse_raw_datum(value, name_, key, datum);
-    LAMINA_REQUIRE(shape == shape_, record_prefix(name_, key), "is ", shape.channels, " x ",
-                   shape.height, " x ", shape.width, " (C x H x W), but the first record is ",
-                   shape_.channels, " x ", shape_.height, " x ", shape_.width,
-                   "; a Data layer's records must have one shape");
-    transformer_->transform(datum, transformer_->draw(seed, uint64_t(position)), data);
-    *label = float(datum.label());
+    thread_local DatumBuffers buffers;  // each prefetch thread's, reused record to record
+    const DatumValues example = read_datum(value, name_, key, mode_, buffers);
+    if (example.shape != shape_)
+      transformer_->require_same_output(example.shape, shape_, record_prefix(name_, key));
+    transformer_->transform(example, transformer_->draw(seed, uint64_t(position), example.shape),
+                            data);
+    *label = float(buffers.datum.label());
   }
 
  private:
@@ -93,8 +89,9 @@ class DbSource final : public RecordSource {
   std::unique_ptr<DataTransformer> transformer_;
   std::unique_ptr<DbCursor> cursor_;  // the prefetch pool's, one reader at a time
   int64_t cursor_stream_ = 0;         // a stream position of the cursor's record
-  DatumShape shape_;                  // of every record
+  DatumShape shape_;                  // of the first record
   DatumShape example_;                // of a transformed record
+  ImageMode mode_ = ImageMode::kAsIs;  // how encoded records decode
 };
 
 class DataLayer final : public PrefetchedData {
@@ -119,12 +116,8 @@ class DataLayer final : public PrefetchedData {
         p.source(), kind, name, std::make_unique<DataTransformer>(transform, phase_, where()));
     const int64_t records = source->records();
     const DatumShape example = source->example();
-    // rand_skip's draw: the stream's start
-    const int64_t skip =
-        p.rand_skip() > 0 ? int64_t(counter_hash(seed_, kSkipCounter) % p.rand_skip()) : 0;
-    if (skip > 0) LOG(INFO) << where() << "skipping the first " << skip << " records";
     shape_stream(top, p.batch_size(), example, std::move(source), name, records,
-                 int(p.prefetch()), skip);
+                 int(p.prefetch()), skip_start(p.rand_skip()));
   }
 };
 

@@ -25,12 +25,12 @@
 // State (snapshots): (seed, round, file in the round, row, files entered, files listed).
 #include <numeric>
 #include <optional>
-#include <random>
 #include <sstream>
 
 #include "core/hdf5_file.hpp"
 #include "lamina/file_access.hpp"
 #include "lamina/registry.hpp"
+#include "lamina/seeded_shuffle.hpp"
 #include "layers/batch_rows.hpp"
 
 namespace lamina {
@@ -219,16 +219,12 @@ class Hdf5DataLayer final : public Layer {
     draw_row_order();
   }
 
-  // Fisher-Yates on mt19937_64 directly (std::shuffle's algorithm varies between standard
-  // libraries), so an order is the same everywhere for a given seed.
+  // seeded_shuffle.hpp: the same order everywhere for a given seed.
   template <class T>
   void permute(std::vector<T>& v, uint64_t what, int64_t which) const {
-    std::iota(v.begin(), v.end(), T(0));
-    if (!shuffle_) return;
-    std::seed_seq seq{uint32_t(seed_), uint32_t(seed_ >> 32), uint32_t(what),
-                      uint32_t(which), uint32_t(uint64_t(which) >> 32)};
-    std::mt19937_64 rng(seq);
-    for (size_t i = v.size() - 1; i > 0; --i) std::swap(v[i], v[rng() % (i + 1)]);
+    if (!shuffle_) return std::iota(v.begin(), v.end(), T(0));
+    seeded_shuffle(v, {uint32_t(seed_), uint32_t(seed_ >> 32), uint32_t(what),
+                       uint32_t(which), uint32_t(uint64_t(which) >> 32)});
   }
   void draw_file_order() {
     file_order_.resize(files_.size());

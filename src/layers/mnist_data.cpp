@@ -22,12 +22,12 @@
 // every worker, and the same as one worker's with batch_size workers * batch_size.
 #include <array>
 #include <cstdint>
-#include <numeric>
-#include <random>
+#include <vector>
 
 #include "lamina/idx.hpp"
 #include "lamina/pass_counter_buffer.hpp"
 #include "lamina/registry.hpp"
+#include "lamina/seeded_shuffle.hpp"
 
 namespace lamina {
 namespace {
@@ -182,19 +182,12 @@ class MnistDataLayer final : public Layer {
     loaded_ = {-1, -1};
   }
 
-  // Draws epoch's permutation on the host and uploads it to its slot, unless it is there:
-  // the one copy of an epoch. Fisher-Yates on mt19937_64 directly (not std::shuffle, whose
-  // algorithm varies between standard libraries), so an order is the same everywhere for a
-  // given seed.
+  // Draws epoch's permutation on the host (seeded_shuffle.hpp: the same everywhere for a
+  // given seed) and uploads it to its slot, unless it is there: the one copy of an epoch.
   void load_epoch(int64_t epoch) {
     const int slot = int(epoch % 2);
     if (loaded_[slot] == epoch) return;
-    std::seed_seq seq{uint32_t(seed_), uint32_t(seed_ >> 32), uint32_t(epoch),
-                      uint32_t(uint64_t(epoch) >> 32)};
-    std::mt19937_64 rng(seq);
-    std::vector<int32_t> order(samples_);
-    std::iota(order.begin(), order.end(), 0);
-    for (int64_t i = samples_ - 1; i > 0; --i) std::swap(order[i], order[rng() % (i + 1)]);
+    const std::vector<int32_t> order = epoch_permutation(seed_, epoch, samples_);
     backend_.copy_from_host(orders_[slot].bytes(), order.data(), orders_[slot].get());
     loaded_[slot] = epoch;
   }

@@ -6,12 +6,16 @@
 #include <algorithm>
 #include <thread>
 
+#include "lamina/counter_rng.hpp"
 #include "lamina/host_memory.hpp"
 
 namespace lamina {
 namespace {
 
 constexpr int kMaxThreads = 16;
+// The counter of the rand_skip draw: beyond every example's (data_transformer.hpp draws
+// three per example from 0 up).
+constexpr uint64_t kSkipCounter = ~uint64_t{0};
 
 }  // namespace
 
@@ -46,6 +50,13 @@ void PrefetchedData::restart(int64_t position) {
   prefetcher_.reset();
   position_ = position;
   uploaded_ = done_;  // batches uploaded ahead are dropped: their slots are written again
+}
+
+int64_t PrefetchedData::skip_start(int64_t rand_skip) const {
+  const int64_t skip =
+      rand_skip > 0 ? int64_t(counter_hash(seed_, kSkipCounter) % uint64_t(rand_skip)) : 0;
+  if (skip > 0) LOG(INFO) << where() << "skipping the first " << skip << " records";
+  return skip;
 }
 
 void PrefetchedData::start() {

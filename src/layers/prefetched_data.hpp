@@ -79,6 +79,9 @@ class PrefetchedData : public Layer {
                     int64_t records, int depth, int64_t position);
   // The next pass takes stream position `position` onwards; batches prepared ahead go.
   void restart(int64_t position);
+  // Caffe's rand_skip: the stream's start, drawn from the layer's seed in 0..rand_skip-1
+  // (0 without one), so that workers or runs do not all start at the same example.
+  int64_t skip_start(int64_t rand_skip) const;
 
  private:
   int64_t stride() const { return batch_ * workers_; }
