@@ -346,6 +346,15 @@ TEST_F(DataLayerTest, BadParametersAreErrorsNamingTheLayer) {
   EXPECT_THAT(setup_error(data_text(path, 2, "LMDB", "",
                                     "mean_file: '" + mean_path + "' mean_value: 1")),
               HasSubstr("both mean_file and mean_value"));
+  // Dimensions whose product passes int64 (2^64 wraps to 0) with no values.
+  BlobProto huge;
+  for (int64_t dim : {int64_t{1}, int64_t{1} << 21, int64_t{1} << 21, int64_t{1} << 22})
+    huge.mutable_shape()->add_dim(dim);
+  write_blob_proto(huge, dir_ / "huge.binaryproto");
+  EXPECT_THAT(setup_error(data_text(path, 2, "LMDB", "",
+                                    "mean_file: '" + (dir_ / "huge.binaryproto") + "'")),
+              AllOf(HasSubstr("huge.binaryproto"), HasSubstr("holds 0 values"),
+                    HasSubstr("needs 2097152 x 2097152 x 4194304")));
 }
 
 // ---- end to end ----

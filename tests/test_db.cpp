@@ -132,11 +132,11 @@ TEST(Database, MissingWrongKindCorruptAndExistingPathsAreErrorsNamingThePath) {
 // Dimensions whose product passes int64 (2^31 - 1 each), or wraps to the 0 values held
 // (2^21 x 2^21 x 2^22 = 2^64), are refused before the product is taken.
 TEST(Datum, DimensionsBeyondWhatADatumHoldsAreErrors) {
-  Datum datum;
+  DatumBuffers buffers;
   for (const auto& [c, h, w] : {std::tuple{INT_MAX, INT_MAX, INT_MAX},
                                 std::tuple{1 << 21, 1 << 21, 1 << 22}, std::tuple{2, 1 << 30, 1}})
     EXPECT_THAT(error_of([&, c = c, h = h, w = w] {
-                  parse_raw_datum(datum_bytes(c, h, w, "", 0), "db", "k", datum);
+                  read_datum(datum_bytes(c, h, w, "", 0), "db", "k", ImageMode::kAsIs, buffers);
                 }),
                 AllOf(HasSubstr("record 'k'"), HasSubstr("more than a Datum holds")));
 }

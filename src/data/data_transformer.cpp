@@ -25,10 +25,17 @@ std::vector<float> read_mean_blob(const std::string& path, const std::string& wh
   }
   LAMINA_REQUIRE(leading_ones && chw[0] > 0 && chw[1] > 0 && chw[2] > 0, blob.prefix,
                  "has shape ", shape_string(dims), "; a mean image is (1, C, H, W)");
-  shape = {chw[0], chw[1], chw[2]};
   const int64_t stored = int64_t(blob.values.size());
-  LAMINA_REQUIRE(stored == shape.count(), blob.prefix, "holds ", stored,
-                 " values, but its shape ", shape_string(dims), " has ", shape.count());
+  // Dimensions read from a file may multiply past int64: each is at most the values stored
+  // (2^32), so their product fits in 128 bits.
+  const bool small = chw[0] <= stored && chw[1] <= stored && chw[2] <= stored;
+  const unsigned __int128 count =
+      small ? static_cast<unsigned __int128>(chw[0]) * uint64_t(chw[1]) * uint64_t(chw[2]) : 0;
+  LAMINA_REQUIRE(small && count == static_cast<unsigned __int128>(stored), blob.prefix,
+                 "holds ",
+                 stored, " values, but its shape ", shape_string(dims), " needs ", chw[0],
+                 " x ", chw[1], " x ", chw[2]);
+  shape = {chw[0], chw[1], chw[2]};
   return blob.values;
 }
 

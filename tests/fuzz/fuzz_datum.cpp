@@ -1,5 +1,5 @@
-// Fuzz target: bytes -> a database record (key and value) -> parse_raw_datum, and for a record
-// it accepts, DataTransformer with the transform_param the input's header chooses -> transform
+// Fuzz target: bytes -> a database record (key and value) -> read_datum (raw, or an encoded
+// image decoded as it is), and for a record it accepts, DataTransformer with the transform_param the input's header chooses -> transform
 // of that record into a buffer of exactly the transformed shape (AddressSanitizer catches a
 // read past the record or a write past the buffer), and each output value is checked
 // against the transform's formula computed here from the record's values, read with their
@@ -12,11 +12,12 @@
 //   byte 1: crop_size (0 = none)
 //   byte 2: the key's length (at most what follows the header)
 //   byte 3: the example index of the random draw
-// Every record that is not a raw Datum of the shape it announces, and every transform_param
-// that does not fit the shape, must end in a lamina::Error; anything else is a bug.
+// Every record that is neither a raw Datum of the shape it announces nor a decodable image,
+// and every transform_param that does not fit the shape, must end in a lamina::Error;
+// anything else is a bug.
 // Corpus (tests/fuzz/corpus/fuzz_datum): small raw Datums of bytes and of float_data, each
-// behind a header whose transform fits it, an encoded Datum (refused), and the reproducers
-// found so far (crash-*: dimensions whose product overflowed int64).
+// behind a header whose transform fits it, an encoded Datum, and the reproducers found so far
+// (crash-*: dimensions whose product overflowed int64).
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -44,21 +45,29 @@ TransformationParameter transform_param(uint8_t flags, uint8_t crop, int64_t cha
   return p;
 }
 
-// The record's value at index i of (C, H, W), checked against what it holds.
-float value_at(const Datum& datum, int64_t i) {
-  const bool bytes = !datum.data().empty();
-  const int64_t held = bytes ? int64_t(datum.data().size()) : datum.float_data_size();
+// The record's value at index i of (C, H, W), checked against the storage it lies in: the
+// Datum's bytes or floats (raw) or the decoded image (encoded).
+float value_at(const DatumValues& values, const DatumBuffers& buffers, int64_t i) {
+  int64_t held = -1;
+  if (values.floats != nullptr && values.floats == buffers.datum.float_data().data())
+    held = buffers.datum.float_data_size();
+  else if (values.bytes != nullptr &&
+           values.bytes == reinterpret_cast<const uint8_t*>(buffers.datum.data().data()))
+    held = int64_t(buffers.datum.data().size());
+  else if (values.bytes != nullptr && values.bytes == buffers.chw.data())
+    held = int64_t(buffers.chw.size());
   if (i < 0 || i >= held) std::abort();
-  return bytes ? float(uint8_t(datum.data()[size_t(i)])) : datum.float_data(int(i));
+  return values.bytes != nullptr ? float(values.bytes[i]) : values.floats[i];
 }
 
 // The window lies inside the input, at the centre unless TRAIN crops, and is mirrored only
 // with mirror set; out is (x[c][h_off + h][w_off + w'] - mean[c]) * scale, w' the mirrored w
 // (data_transformer.hpp), compared exactly (NaN matches NaN): both sides compute the same
 // float operations.
-void check(const Datum& datum, const TransformationParameter& p, Phase phase,
-           const DatumShape& in, const DatumShape& out_shape, const TransformDraw& d,
-           const std::vector<float>& out) {
+void check(const DatumValues& values, const DatumBuffers& buffers,
+           const TransformationParameter& p, Phase phase, const DatumShape& out_shape,
+           const TransformDraw& d, const std::vector<float>& out) {
+  const DatumShape& in = values.shape;
   const int64_t crop = p.crop_size();
   if (out_shape != DatumShape{in.channels, crop ? crop : in.height, crop ? crop : in.width})
     std::abort();
@@ -75,7 +84,8 @@ void check(const Datum& datum, const TransformationParameter& p, Phase phase,
     for (int64_t h = 0; h < out_shape.height; ++h) {
       for (int64_t w = 0; w < out_shape.width; ++w, ++k) {
         const int64_t col = d.w_off + (d.mirror ? out_shape.width - 1 - w : w);
-        const float x = value_at(datum, (c * in.height + d.h_off + h) * in.width + col);
+        const float x =
+            value_at(values, buffers, (c * in.height + d.h_off + h) * in.width + col);
         const float expected = (x - mean) * p.scale();
         if (!(out[k] == expected || (out[k] != out[k] && expected != expected))) std::abort();
       }
@@ -90,24 +100,24 @@ void run(const uint8_t* data, size_t size) {
   const std::string_view rest(reinterpret_cast<const char*>(data + kHeader), size - kHeader);
   const size_t key_size = std::min<size_t>(data[2], rest.size());
   const std::string_view key = rest.substr(0, key_size), value = rest.substr(key_size);
-  Datum datum;
-  DatumShape shape;
+  DatumBuffers buffers;
+  DatumValues values;
   try {
-    shape = parse_raw_datum(value, "fuzz database", key, datum);
-    accepted("parse_raw_datum");
+    values = read_datum(value, "fuzz database", key, ImageMode::kAsIs, buffers);
+    accepted("read_datum");
   } catch (const Error& e) {
-    rejected("parse_raw_datum", e);
+    rejected("read_datum", e);
     return;
   }
   try {
     const Phase phase = flags & 2 ? TRAIN : TEST;
-    const TransformationParameter p = transform_param(flags, crop, shape.channels);
+    const TransformationParameter p = transform_param(flags, crop, values.shape.channels);
     DataTransformer transformer(p, phase, "fuzz layer: ");
-    const DatumShape out_shape = transformer.set_input(shape);
+    const DatumShape out_shape = transformer.output_shape(values.shape, "fuzz record: ");
     std::vector<float> out(size_t(out_shape.count()));
-    const TransformDraw draw = transformer.draw(1, example);
-    transformer.transform(datum, draw, out.data());
-    check(datum, p, phase, shape, out_shape, draw, out);
+    const TransformDraw draw = transformer.draw(1, example, values.shape);
+    transformer.transform(values, draw, out.data());
+    check(values, buffers, p, phase, out_shape, draw, out);
     accepted("transform");
   } catch (const Error& e) {
     rejected("transform", e);
