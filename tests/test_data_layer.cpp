@@ -249,7 +249,7 @@ TEST_F(DataLayerTest, UploadsAheadGiveTheStreamOfDirectPasses) {
       EXPECT_EQ(label.copy_data_to_host(), want[size_t(pass)].second) << "pass " << pass;
     };
     check(0);
-    ASSERT_TRUE(layer->prepare_replay(3));  // passes 1, 2, 3 uploaded into a ring of 3
+    ASSERT_TRUE(layer->prepare_replay(3));  // passes 1, 2, 3 uploaded into a ring of 6
     for (int pass = 1; pass <= 3; ++pass) check(pass);
     ASSERT_TRUE(layer->prepare_replay(3));
     for (int pass = 4; pass <= 6; ++pass) check(pass);
@@ -265,6 +265,71 @@ TEST_F(DataLayerTest, UploadsAheadGiveTheStreamOfDirectPasses) {
     return;
   }
   expect_stream(*make_cuda_backend(0));
+}
+
+// On CUDA, with the host far ahead of the device (no host read between passes; each pass's
+// data is copied to its own place on the device and read once at the end): every upload
+// waits for the pass that last read its ring slot, so each pass still sees its own batch,
+// in replays of 3 prepared ahead and in direct passes.
+TEST_F(DataLayerTest, UploadsWaitForThePassThatLastReadTheirSlotCuda) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(cuda);
+  const std::string text = data_text(write_db(11), 4, "LMDB", "prefetch: 2",
+                                     "crop_size: 2 mirror: true");
+  constexpr int kPasses = 30;
+  auto direct = make_layer(text, 9);
+  direct->setup({}, {&data_, &label_});
+  std::vector<float> want;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const std::vector<float> batch = next(*direct).first;
+    want.insert(want.end(), batch.begin(), batch.end());
+  }
+  LayerParameter param;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &param));
+  auto layer = LayerRegistry::create(param, LayerContext{*cuda, TRAIN, 9});
+  Tensor data(*cuda, {1}), label(*cuda, {1});
+  layer->setup({}, {&data, &label});
+  const int64_t count = data.count();
+  Tensor seen(*cuda, {kPasses, count});
+  for (int pass = 0; pass < kPasses; ++pass) {
+    if (pass >= 12 && pass % 3 == 0) ASSERT_TRUE(layer->prepare_replay(3));
+    layer->forward({}, {&data, &label});
+    cuda->copy(sizeof(float) * size_t(count), data.data(), seen.mutable_data() + pass * count);
+  }
+  EXPECT_EQ(seen.copy_data_to_host(), want);
+}
+
+// A recording that fails after the layer's passes were recorded (the solver then restores
+// the layer's state, as here): the recorded passes never ran, and the stream goes on from
+// the state, from the ring's start.
+TEST_F(DataLayerTest, AFailedRecordingLeavesTheStreamToTheStateCuda) {
+  LAMINA_CUDA_BACKEND_OR_SKIP(cuda);
+  const std::string text = data_text(write_db(7), 3, "LMDB", "", "scale: 0.5");
+  auto direct = make_layer(text, 2);
+  direct->setup({}, {&data_, &label_});
+  std::vector<std::vector<float>> want;
+  for (int pass = 0; pass < 8; ++pass) want.push_back(next(*direct).first);
+  LayerParameter param;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &param));
+  auto layer = LayerRegistry::create(param, LayerContext{*cuda, TRAIN, 2});
+  Tensor data(*cuda, {1}), label(*cuda, {1});
+  layer->setup({}, {&data, &label});
+  layer->forward({}, {&data, &label});
+  EXPECT_EQ(data.copy_data_to_host(), want[0]);
+  const std::vector<int64_t> state = layer->state();
+  ASSERT_TRUE(layer->prepare_replay(2));
+  EXPECT_THAT(error_of([&] {
+                cuda->capture([&] {
+                  layer->forward({}, {&data, &label});
+                  layer->forward({}, {&data, &label});
+                  fail("a later layer cannot be recorded");
+                });
+              }),
+              HasSubstr("cannot be recorded"));
+  layer->set_state(state);
+  for (int pass = 1; pass < 8; ++pass) {
+    layer->forward({}, {&data, &label});
+    EXPECT_EQ(data.copy_data_to_host(), want[size_t(pass)]) << "pass " << pass;
+  }
 }
 
 TEST_F(DataLayerTest, EachWorkerTakesItsRowsOfTheJobsBatch) {

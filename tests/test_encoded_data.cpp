@@ -136,6 +136,14 @@ TEST_F(EncodedDataTest, ForceGrayAndForceColorChooseTheChannels) {
   colour->setup({}, {&data_, &label_});
   EXPECT_EQ(data_.shape(), (Shape{1, 3, 1, 2}));
   EXPECT_EQ(next(*colour).first, (std::vector<float>{9, 99, 9, 99, 9, 99}));
+  // Caffe's older data_param.force_encoded_color is force_color.
+  LayerParameter older;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "name: 'data' type: 'Data' top: 'data' top: 'label' data_param { source: '" + path +
+          "' batch_size: 1 backend: LMDB force_encoded_color: true }", &older));
+  auto forced = LayerRegistry::create(older, LayerContext{backend_, TRAIN, 3});
+  forced->setup({}, {&data_, &label_});
+  EXPECT_EQ(next(*forced).first, (std::vector<float>{9, 99, 9, 99, 9, 99}));
   EXPECT_THAT(setup_error(path, "force_color: true force_gray: true"),
               AllOf(HasSubstr("layer 'data' (Data)"), HasSubstr("both force_color and "
                                                                 "force_gray")));

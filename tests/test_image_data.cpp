@@ -234,6 +234,12 @@ TEST_F(ImageDataTest, BadListsImagesAndParametersAreErrorsNamingTheListAndTheLin
   EXPECT_THAT(setup_error("batch_size: 1 rand_skip: 6"),
               AllOf(HasSubstr("list.txt'"), HasSubstr("rand_skip 6 is more than the 5")));
   EXPECT_THAT(setup_error("batch_size: 0"), HasSubstr("batch_size must be > 0"));
+  {
+    auto forced = make_layer("batch_size: 1", "force_gray: true", 1);
+    EXPECT_THAT(error_of([&] { forced->setup({}, {&data_, &label_}); }),
+                AllOf(HasSubstr("layer 'images' (ImageData)"), HasSubstr("force_gray"),
+                      HasSubstr("is_color")));
+  }
   // In the stream: a file that is not an image, and one of another size.
   dir_.write("img/text.png", "not a png");
   dir_.write("img/big.png", png(1, 5, 6));

@@ -17,8 +17,8 @@ namespace lamina {
 // Caffe's type string for a V1 type ("Convolution" for CONVOLUTION; "" for NONE).
 const char* v1_layer_type(V1LayerParameter::LayerType type);
 // data_param's older transform fields (scale, mean_file, crop_size, mirror), each one given
-// set in `to` over transform_param's own: the Data layer reads them so in any net; the same
-// for image_data_param's and the ImageData layer.
+// set in `to` over transform_param's own, and force_encoded_color as force_color: the Data
+// layer reads them so in any net; the same for image_data_param's and the ImageData layer.
 void copy_data_transform_fields(const DataParameter& from, TransformationParameter& to);
 void copy_data_transform_fields(const ImageDataParameter& from, TransformationParameter& to);
 // One V1 layer as a LayerParameter; its blobs are moved over, not copied.

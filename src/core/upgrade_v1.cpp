@@ -42,6 +42,8 @@ void move_transform_fields(DataMessage& from, TransformationParameter& to) {
 
 void copy_data_transform_fields(const DataParameter& from, TransformationParameter& to) {
   copy_transform_fields(from, to);
+  // Caffe's older way to decode encoded records in colour.
+  if (from.force_encoded_color()) to.set_force_color(true);
 }
 
 void copy_data_transform_fields(const ImageDataParameter& from, TransformationParameter& to) {

@@ -9,8 +9,8 @@
 // read from root_folder + PATH (joined as they are, as Caffe), decoded in colour (is_color,
 // the default: 3 channels, B G R) or in gray (1), resized to new_height x new_width when
 // both are set (bilinear, as cv::resize; Caffe requires both or neither), then transformed
-// as transform_param says (data_transformer.hpp; force_color and force_gray do not apply:
-// is_color decides, as in Caffe).
+// as transform_param says (data_transformer.hpp). is_color decides the colour: Caffe ignores
+// transform_param's force_color and force_gray here; Lamina refuses them, naming is_color.
 // Tops: data (N, C, H', W') and label (N), the listed labels as float. The shape comes from
 // the stream's first image; an image that transforms to another shape is an Error, as is one
 // that cannot be read or decoded, naming the list file, the line and the path.
@@ -38,7 +38,7 @@
 namespace lamina {
 namespace {
 
-constexpr int kPrefetch = 4;  // batches prepared ahead (Caffe's PREFETCH_COUNT)
+constexpr int kPrefetch = 4;  // batches prepared ahead (Caffe's default prefetch)
 
 // What loading one image needs, reused from image to image (one set per thread).
 struct ImageBuffers {
@@ -157,6 +157,10 @@ class ImageDataLayer final : public PrefetchedData {
                    "image_data_param resizes to ", p.new_width(), " x ", p.new_height(),
                    " (width x height), more than the ", kMaxImagePixels, " pixels an image "
                    "may have");
+    LAMINA_REQUIRE(!param_.transform_param().force_color() &&
+                       !param_.transform_param().force_gray(),
+                   where(), "transform_param.force_color and force_gray do not apply to "
+                   "ImageData; image_data_param.is_color chooses colour (true) or gray");
     // transform_param, with image_data_param's older fields moved in (Caffe's upgrade)
     TransformationParameter transform = param_.transform_param();
     copy_data_transform_fields(p, transform);

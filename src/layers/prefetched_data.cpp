@@ -2,6 +2,7 @@
 #include "prefetched_data.hpp"
 
 #include <glog/logging.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <thread>
@@ -16,6 +17,14 @@ constexpr int kMaxThreads = 16;
 // The counter of the rand_skip draw: beyond every example's (data_transformer.hpp draws
 // three per example from 0 up).
 constexpr uint64_t kSkipCounter = ~uint64_t{0};
+
+// The cores this process may run on (its affinity mask, which containers and taskset set),
+// or the machine's when that cannot be read.
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return int(std::thread::hardware_concurrency());
+}
 
 }  // namespace
 
@@ -46,10 +55,20 @@ void PrefetchedData::shape_stream(const Tensors& top, int64_t batch, const Datum
   restart(position);
 }
 
+// The ring starts over too: batches uploaded ahead are dropped, and the ring's counter, on the
+// device and the host, goes back to 0. The host's count of passes may be ahead of the
+// device's (passes recorded in a capture that failed never ran), so the next uploads wait
+// for every gather issued so far instead of for the pass the count names.
 void PrefetchedData::restart(int64_t position) {
   prefetcher_.reset();
   position_ = position;
-  uploaded_ = done_;  // batches uploaded ahead are dropped: their slots are written again
+  if (slots_ > 0) {
+    record_mark();
+    lane_->wait_for(marks_.back().id);
+    marks_.clear();
+    rows_.restart(0);
+  }
+  done_ = uploaded_ = 0;
 }
 
 int64_t PrefetchedData::skip_start(int64_t rand_skip) const {
@@ -60,7 +79,7 @@ int64_t PrefetchedData::skip_start(int64_t rand_skip) const {
 }
 
 void PrefetchedData::start() {
-  const int threads = std::clamp(int(std::thread::hardware_concurrency()), 1, kMaxThreads);
+  const int threads = std::clamp(usable_cores(), 1, kMaxThreads);
   const int64_t first = position_ + rank_ * batch_;  // this worker's first row of batch 0
   prefetcher_ = std::make_unique<BatchPrefetcher>(
       buffers_, threads, batch_,
@@ -118,22 +137,39 @@ void PrefetchedData::wait_for_slot(int64_t pass) {
   lane_->wait_for(marks_.back().id);
 }
 
-// A ring for replays of `passes` passes (2 x passes slots); its counter restarts. False
-// (logged once) when it would be larger than kMaxRingBytes, which bounds only rings for
-// replays of several passes: the two slots of single passes are always made.
+// A ring for replays of `passes` passes (2 x passes slots); its counter restarts. The two
+// slots of single passes are always made; a ring for replays of several passes is not when
+// it would be larger than kMaxRingBytes or hold more rows than BatchRows counts, or when the
+// device has no room for it: then false (logged once), the old ring kept, and those replays
+// run their passes directly.
 bool PrefetchedData::shape_ring(int64_t passes) {
   const int64_t slots = 2 * passes;
   const size_t bytes = sizeof(float) * size_t(slots * batch_ * (count_ + 1));
-  if (passes > 1 && bytes > kMaxRingBytes) {
+  std::string refusal;
+  if (passes > 1 && bytes > kMaxRingBytes)
+    refusal = "would need " + readable_bytes(bytes) + " of device memory for their batches, "
+              "more than " + readable_bytes(kMaxRingBytes);
+  else if (passes > 1 && slots * batch_ > BatchRows::kMaxSamples)
+    refusal = "would hold " + std::to_string(slots * batch_) + " rows, more than 2^24";
+  Buffer data, label;
+  if (refusal.empty()) {
+    try {
+      data = Buffer(backend_, sizeof(float) * size_t(slots * batch_ * count_));
+      label = Buffer(backend_, sizeof(float) * size_t(slots * batch_));
+    } catch (const Error& e) {
+      if (passes == 1) throw;
+      refusal = std::string("could not allocate their batches: ") + e.what();
+    }
+  }
+  if (!refusal.empty()) {
     if (!ring_refused_)
-      LOG(INFO) << where() << "replaying " << passes << " passes at once would need "
-                << readable_bytes(bytes) << " of device memory for their batches, more than "
-                << readable_bytes(kMaxRingBytes) << "; those passes run directly";
+      LOG(INFO) << where() << "replaying " << passes << " passes at once " << refusal
+                << "; those passes run directly";
     ring_refused_ = true;
     return false;
   }
-  ring_data_ = Buffer(backend_, sizeof(float) * size_t(slots * batch_ * count_));
-  ring_label_ = Buffer(backend_, sizeof(float) * size_t(slots * batch_));
+  ring_data_ = std::move(data);
+  ring_label_ = std::move(label);
   rows_.shape(backend_, where(), slots * batch_, batch_);
   slots_ = slots;
   done_ = uploaded_ = 0;
