@@ -64,6 +64,8 @@ class BatchRows {
     backend_->gather_rows(batch_, cols, index_.as<float>(), samples_, src, dst);
   }
 
+  // The passes since the counter restarted, as the host counts them.
+  int64_t passes() const { return counter_.passes(); }
   // The sample the next pass starts at, as the host counts passes.
   int64_t position() const { return order().cursor(counter_.passes()); }
   // Pass 0's first sample: an argument of the operations, which recordings keep.

@@ -47,10 +47,11 @@ class DbSource final : public RecordSource {
     shape_ = read_datum(cursor_->value(), name_, cursor_->key(), mode_, buffers).shape;
     example_ = transformer_->output_shape(shape_, record_prefix(name_, cursor_->key()));
   }
-  int64_t records() const { return records_; }
+  int64_t records() const override { return records_; }
+  std::string name() const override { return name_; }
   const DatumShape& example() const { return example_; }
 
-  void read(int64_t first, int64_t count, RawRecords& records) override {
+  void read(uint64_t /*seed*/, int64_t first, int64_t count, RawRecords& records) override {
     records.resize(size_t(count));
     for (int64_t r = 0; r < count; ++r) {
       advance_to(first + r);
@@ -114,10 +115,9 @@ class DataLayer final : public PrefetchedData {
     copy_data_transform_fields(p, transform);
     auto source = std::make_unique<DbSource>(
         p.source(), kind, name, std::make_unique<DataTransformer>(transform, phase_, where()));
-    const int64_t records = source->records();
     const DatumShape example = source->example();
-    shape_stream(top, p.batch_size(), example, std::move(source), name, records,
-                 int(p.prefetch()), skip_start(p.rand_skip()));
+    shape_stream(top, p.batch_size(), example, std::move(source), int(p.prefetch()),
+                 skip_start(p.rand_skip()));
   }
 };
 

@@ -49,30 +49,31 @@ struct ImageBuffers {
 // The entries of a list file, in each epoch's order.
 class ListSource final : public RecordSource {
  public:
-  // seed: the layer's, read when an epoch's order is drawn (it changes only while the
-  // prefetch pool is stopped). where: "layer 'x' (ImageData): ".
+  // where: "layer 'x' (ImageData): ".
   ListSource(const ImageDataParameter& param, std::string where,
-             std::unique_ptr<DataTransformer> transformer, const uint64_t& seed)
+             std::unique_ptr<DataTransformer> transformer)
       : param_(param), where_(std::move(where)), entries_(read_image_list(param.source())),
-        transformer_(std::move(transformer)), seed_(seed) {}
+        transformer_(std::move(transformer)) {}
 
-  int64_t records() const { return int64_t(entries_.size()); }
-  std::string name() const { return where_ + "list file " + quoted_path(param_.source()); }
+  int64_t records() const override { return int64_t(entries_.size()); }
+  std::string name() const override {
+    return where_ + "list file " + quoted_path(param_.source());
+  }
 
-  // Loads the image at stream position `start`, whose shape every image must transform to;
-  // returns the transformed shape.
-  DatumShape first_example(int64_t start) {
-    const ImageListEntry& entry = entries_[size_t(index(start))];
+  // Loads the image at stream position `start` of the stream seeded by `seed`, whose shape
+  // every image must transform to; returns the transformed shape.
+  DatumShape first_example(uint64_t seed, int64_t start) {
+    const ImageListEntry& entry = entries_[size_t(index(seed, start))];
     ImageBuffers buffers;
     first_ = load(entry, buffers).shape;
     return transformer_->output_shape(first_, prefix(entry));
   }
 
   // Each record is the index of an entry (as text).
-  void read(int64_t first, int64_t count, RawRecords& records) override {
+  void read(uint64_t seed, int64_t first, int64_t count, RawRecords& records) override {
     records.resize(size_t(count));
     for (int64_t r = 0; r < count; ++r) {
-      records[size_t(r)].first = std::to_string(index(first + r));
+      records[size_t(r)].first = std::to_string(index(seed, first + r));
       records[size_t(r)].second.clear();
     }
   }
@@ -94,15 +95,15 @@ class ListSource final : public RecordSource {
     return where_ + image_list_prefix(param_.source(), entry);
   }
 
-  // The entry at stream position s. Called by one thread at a time (read, or setup before
-  // the pool starts).
-  int64_t index(int64_t s) {
+  // The entry at stream position s of the stream seeded by `seed`. Called by one thread at
+  // a time (read, or setup before the pool starts).
+  int64_t index(uint64_t seed, int64_t s) {
     const int64_t n = records(), epoch = s / n;
     if (!param_.shuffle()) return s % n;
-    if (order_.empty() || epoch != epoch_ || seed_ != order_seed_) {
-      order_ = epoch_permutation(seed_, epoch, n);
+    if (order_.empty() || epoch != epoch_ || seed != order_seed_) {
+      order_ = epoch_permutation(seed, epoch, n);
       epoch_ = epoch;
-      order_seed_ = seed_;
+      order_seed_ = seed;
     }
     return order_[size_t(s % n)];
   }
@@ -130,7 +131,6 @@ class ListSource final : public RecordSource {
   std::vector<ImageListEntry> entries_;
   std::unique_ptr<DataTransformer> transformer_;
   DatumShape first_;  // of the stream's first image, decoded and resized
-  const uint64_t& seed_;
   // The order of epoch epoch_ for order_seed_ (with shuffle); read's alone.
   std::vector<int32_t> order_;
   int64_t epoch_ = -1;
@@ -165,15 +165,12 @@ class ImageDataLayer final : public PrefetchedData {
     TransformationParameter transform = param_.transform_param();
     copy_data_transform_fields(p, transform);
     auto source = std::make_unique<ListSource>(
-        p, where(), std::make_unique<DataTransformer>(transform, phase_, where()), seed_);
-    const int64_t records = source->records();
-    const std::string name = source->name();
-    LAMINA_REQUIRE(p.rand_skip() <= records, name, ": rand_skip ", p.rand_skip(),
-                   " is more than the ", records, " images listed");
+        p, where(), std::make_unique<DataTransformer>(transform, phase_, where()));
+    LAMINA_REQUIRE(p.rand_skip() <= source->records(), source->name(), ": rand_skip ",
+                   p.rand_skip(), " is more than the ", source->records(), " images listed");
     const int64_t start = skip_start(p.rand_skip());
-    const DatumShape example = source->first_example(start);
-    shape_stream(top, p.batch_size(), example, std::move(source), name, records, kPrefetch,
-                 start);
+    const DatumShape example = source->first_example(seed_, start);
+    shape_stream(top, p.batch_size(), example, std::move(source), kPrefetch, start);
   }
 };
 

@@ -29,15 +29,12 @@ int usable_cores() {
 }  // namespace
 
 void PrefetchedData::shape_stream(const Tensors& top, int64_t batch, const DatumShape& example,
-                                  std::unique_ptr<RecordSource> source,
-                                  const std::string& name, int64_t records, int depth,
+                                  std::unique_ptr<RecordSource> source, int depth,
                                   int64_t position) {
   prefetcher_.reset();  // its threads use the source and the buffers replaced below
   batch_ = batch;
   count_ = example.count();
-  records_ = records;
   depth_ = depth;
-  name_ = name;
   source_ = std::move(source);
   top[0]->reshape({batch_, example.channels, example.height, example.width});
   labels_ = top.size() > 1;
@@ -68,7 +65,7 @@ void PrefetchedData::restart(int64_t position) {
     marks_.clear();
     rows_.restart(0);
   }
-  done_ = uploaded_ = 0;
+  uploaded_ = 0;
 }
 
 int64_t PrefetchedData::skip_start(int64_t rand_skip) const {
@@ -84,7 +81,7 @@ void PrefetchedData::start() {
   prefetcher_ = std::make_unique<BatchPrefetcher>(
       buffers_, threads, batch_,
       [this, first](int64_t b, RawRecords& records) {
-        source_->read(first + b * stride(), batch_, records);
+        source_->read(seed_, first + b * stride(), batch_, records);
       },
       [this, first](int64_t b, const RawRecords& records, int64_t begin, int64_t end,
                     HostBatch& out) {
@@ -112,11 +109,12 @@ void PrefetchedData::upload_next() {
   ++uploaded_;
 }
 
-// A mark after the gathers of the passes issued so far (done_).
+// A mark after the gathers of the passes issued so far (rows_.passes()).
 void PrefetchedData::record_mark() {
-  if (!marks_.empty() && marks_.back().passes == done_) return;
+  const int64_t done = rows_.passes();
+  if (!marks_.empty() && marks_.back().passes == done) return;
   if (int(marks_.size()) == kMarks) marks_.pop_front();  // its id is the one reused below
-  marks_.push_back({done_, next_mark_});
+  marks_.push_back({done, next_mark_});
   lane_->mark(next_mark_);
   next_mark_ = (next_mark_ + 1) % kMarks;
 }
@@ -172,13 +170,13 @@ bool PrefetchedData::shape_ring(int64_t passes) {
   ring_label_ = std::move(label);
   rows_.shape(backend_, where(), slots * batch_, batch_);
   slots_ = slots;
-  done_ = uploaded_ = 0;
+  uploaded_ = 0;
   marks_.clear();
   return true;
 }
 
 void PrefetchedData::forward(const Tensors& /*bottom*/, const Tensors& top) {
-  if (uploaded_ == done_) {  // else prepare_replay uploaded it
+  if (uploaded_ == rows_.passes()) {  // else prepare_replay uploaded it
     record_mark();
     upload_next();
     lane_->join();
@@ -186,23 +184,21 @@ void PrefetchedData::forward(const Tensors& /*bottom*/, const Tensors& top) {
   rows_.next();
   rows_.gather(count_, ring_data_.as<float>(), top[0]->mutable_data());
   if (labels_) rows_.gather(1, ring_label_.as<float>(), top[1]->mutable_data());
-  ++done_;
   position_ += stride();
 }
 
 bool PrefetchedData::prepare_replay(int64_t passes) {
   // The ring grows only while it holds no batch a pass has yet to read.
-  if (2 * passes > slots_ && (uploaded_ > done_ || !shape_ring(passes))) return false;
+  if (2 * passes > slots_ && (uploaded_ > rows_.passes() || !shape_ring(passes))) return false;
   if (!rows_.prepare_replay()) return false;
   record_mark();
-  while (uploaded_ < done_ + passes) upload_next();
+  while (uploaded_ < rows_.passes() + passes) upload_next();
   lane_->join();
   return true;
 }
 
 void PrefetchedData::replayed(int64_t passes) {
   rows_.replayed(passes);
-  done_ += passes;
   position_ += passes * stride();
 }
 
@@ -216,14 +212,15 @@ bool PrefetchedData::set_worker(int rank, int workers) {
 
 // (seed, position, records): the stream position of the next pass.
 std::vector<int64_t> PrefetchedData::state() const {
-  return {int64_t(seed_), position_, records_};
+  return {int64_t(seed_), position_, source_->records()};
 }
 
 void PrefetchedData::set_state(const std::vector<int64_t>& state) {
   LAMINA_REQUIRE(state.size() == 3, where(), "the snapshot holds ", state.size(),
                  " state values; ", param_.type(), " keeps 3 (seed, position, records)");
-  LAMINA_REQUIRE(state[2] == records_, name_, ": the snapshot was taken with ", state[2],
-                 " records, but the source holds ", records_, "; resume with the same data");
+  LAMINA_REQUIRE(state[2] == source_->records(), source_->name(), ": the snapshot was taken "
+                 "with ", state[2], " records, but the source holds ", source_->records(),
+                 "; resume with the same data");
   LAMINA_REQUIRE(state[1] >= 0, where(), "the snapshot's position ", state[1],
                  " is impossible");
   prefetcher_.reset();  // its threads read seed_

@@ -34,10 +34,14 @@ namespace lamina {
 class RecordSource {
  public:
   virtual ~RecordSource() = default;
-  // Reads this worker's `count` records from stream position `first` on, in order. Called
-  // by one prefetch thread at a time; `first` grows from call to call, except after the
-  // stream restarts.
-  virtual void read(int64_t first, int64_t count, RawRecords& records) = 0;
+  // The records in the source (an epoch) and its name in messages ("layer 'x' (Data): LMDB
+  // database 'path'").
+  virtual int64_t records() const = 0;
+  virtual std::string name() const = 0;
+  // Reads this worker's `count` records from stream position `first` of the stream seeded
+  // by `seed` on, in order. Called by one prefetch thread at a time; `first` grows from call
+  // to call, except after the stream restarts.
+  virtual void read(uint64_t seed, int64_t first, int64_t count, RawRecords& records) = 0;
   // Decodes the record at stream position `position` of the stream seeded by `seed` (its
   // random transform depends on both) into data (C, H, W floats) and *label. Called by any
   // prefetch thread, several at once.
@@ -70,13 +74,11 @@ class PrefetchedData : public Layer {
   void replayed(int64_t passes) override;
 
  protected:
-  // For setup(): reads examples of shape `example` from `source`, which holds `records`
-  // records, `batch` a pass, `depth` batches prepared ahead; shapes the tops (N, C, H, W)
-  // and (N) and the buffers, and starts the stream at `position` (restart). name: the
-  // source in messages ("layer 'x' (Data): LMDB database 'path'").
+  // For setup(): reads examples of shape `example` from `source`, `batch` a pass, `depth`
+  // batches prepared ahead; shapes the tops (N, C, H, W) and (N) and the buffers, and starts
+  // the stream at `position` (restart).
   void shape_stream(const Tensors& top, int64_t batch, const DatumShape& example,
-                    std::unique_ptr<RecordSource> source, const std::string& name,
-                    int64_t records, int depth, int64_t position);
+                    std::unique_ptr<RecordSource> source, int depth, int64_t position);
   // The next pass takes stream position `position` onwards; batches prepared ahead go.
   void restart(int64_t position);
   // Caffe's rand_skip: the stream's start, drawn from the layer's seed in 0..rand_skip-1
@@ -93,7 +95,6 @@ class PrefetchedData : public Layer {
 
   int64_t batch_ = 0;     // N, this worker's rows
   int64_t count_ = 0;     // values of one example, C * H * W
-  int64_t records_ = 0;   // in the source
   int depth_ = 1;         // batches prepared ahead
   int64_t position_ = 0;  // stream position of the next pass's first row of the job
   int64_t workers_ = 1, rank_ = 0;
@@ -103,9 +104,8 @@ class PrefetchedData : public Layer {
   int64_t slots_ = 0;
   Buffer ring_data_;   // (slots * N, C * H * W) float
   Buffer ring_label_;  // (slots * N) float
-  BatchRows rows_;
-  int64_t done_ = 0;      // passes gathered since the ring's counter restarted
-  int64_t uploaded_ = 0;  // batches uploaded into the ring since then (>= done_)
+  BatchRows rows_;        // its passes(): those gathered since the ring's counter restarted
+  int64_t uploaded_ = 0;  // batches uploaded into the ring since then (>= rows_.passes())
   // Marks on the upload lane, oldest first: mark `id` follows the gathers of the passes
   // before `passes`.
   struct Mark {
@@ -114,8 +114,7 @@ class PrefetchedData : public Layer {
   };
   std::deque<Mark> marks_;
   int next_mark_ = 0;
-  bool ring_refused_ = false;  // a replay needed more than kMaxRingBytes (logged once)
-  std::string name_;
+  bool ring_refused_ = false;  // a replay's ring was refused (logged once)
   std::unique_ptr<RecordSource> source_;
   std::unique_ptr<UploadLane> lane_;
   std::vector<HostBatch> buffers_;  // pinned, depth_ of them, lent to the prefetcher
