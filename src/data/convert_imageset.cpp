@@ -1,15 +1,9 @@
 // Caffe's convert_imageset (data_tools.hpp): a list file of images to a database of Datums.
-#include <glog/logging.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
-#include <filesystem>
-#include <memory>
 #include <vector>
 
-#include "db_backends.hpp"
+#include "datum_writer.hpp"
 #include "lamina/data_tools.hpp"
 #include "lamina/datum.hpp"
 #include "lamina/file_access.hpp"
@@ -103,38 +97,27 @@ class ImageConverter {
   Image image_, resized_;
 };
 
-// Writes the records into a new database at path.
+// The records of the images, in order, into a new database at path.
 void write_imageset(const std::string& root, const std::string& list,
                     const std::vector<ImageListEntry>& entries, const std::string& path,
                     const ImagesetOptions& options) {
-  std::unique_ptr<DbWriter> db = create_db(path, options.backend);
   ImageConverter converter(root, options);
-  Datum datum;
   DatumShape first;
-  std::string value;
-  const int64_t n = int64_t(entries.size());
-  for (int64_t i = 0; i < n; ++i) {
-    const ImageListEntry& entry = entries[size_t(i)];
-    try {
-      const DatumShape shape = converter.convert(entry, datum);
-      if (i == 0) first = shape;
-      LAMINA_REQUIRE(!options.check_size || shape == first, "image '", entry.path, "' is ",
-                     shape_text(shape), " (C x H x W), but the first is ", shape_text(first),
-                     " (--check_size)");
-    } catch (const Error& e) {
-      throw Error(image_list_prefix(list, entry) + e.what());
-    }
-    char key[24];
-    std::snprintf(key, sizeof key, "%08lld_", static_cast<long long>(i));
-    datum.SerializeToString(&value);
-    db->put(key + entry.path, value);
-    if ((i + 1) % kRecordsPerCommit == 0) {
-      db->commit();
-      LOG(INFO) << "Processed " << i + 1 << " files.";
-    }
-  }
-  db->commit();
-  if (n % kRecordsPerCommit != 0) LOG(INFO) << "Processed " << n << " files.";
+  write_datums(path, options.backend, "list file " + quoted_path(list),
+               int64_t(entries.size()), [&](int64_t i, Datum& datum) {
+                 const ImageListEntry& entry = entries[size_t(i)];
+                 try {
+                   const DatumShape shape = converter.convert(entry, datum);
+                   if (i == 0) first = shape;
+                   LAMINA_REQUIRE(!options.check_size || shape == first, "image '",
+                                  entry.path, "' is ", shape_text(shape),
+                                  " (C x H x W), but the first is ", shape_text(first),
+                                  " (--check_size)");
+                 } catch (const Error& e) {
+                   throw Error(image_list_prefix(list, entry) + e.what());
+                 }
+                 return "_" + entry.path;
+               });
 }
 
 }  // namespace
@@ -143,35 +126,16 @@ int64_t convert_imageset(const std::string& root, const std::string& list,
                          const std::string& db_path, const ImagesetOptions& options) {
   check_options(options);
   std::vector<ImageListEntry> entries = read_image_list(list);
-  const int64_t n = int64_t(entries.size());
-  LAMINA_REQUIRE(n < 100000000, "list file ", quoted_path(list), " lists ", n, " images; "
-                 "Caffe's keys (%08d_PATH) number at most 10^8 records");
   if (options.shuffle) {
-    const std::vector<int32_t> order = epoch_permutation(options.seed, 0, n);
+    const std::vector<int32_t> order =
+        epoch_permutation(options.seed, 0, int64_t(entries.size()));
     std::vector<ImageListEntry> shuffled;
     shuffled.reserve(entries.size());
     for (int32_t i : order) shuffled.push_back(std::move(entries[size_t(i)]));
     entries = std::move(shuffled);
   }
-  require_new_db(db_path, options.backend);
-  const std::filesystem::path parent = std::filesystem::path(db_path).parent_path();
-  LAMINA_REQUIRE(parent.empty() || std::filesystem::is_directory(parent),
-                 db_name(db_path, options.backend), ": its directory ",
-                 quoted_path(parent.string()), " does not exist");
-  // Written under a name of this process, renamed when whole.
-  const std::string partial = db_path + ".partial-" + std::to_string(getpid());
-  try {
-    write_imageset(root, list, entries, partial, options);
-    std::error_code error;
-    std::filesystem::rename(partial, db_path, error);
-    LAMINA_REQUIRE(!error, db_name(db_path, options.backend), ": cannot rename ",
-                   quoted_path(partial), " to it: ", error.message());
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove_all(partial, ignored);
-    throw;
-  }
-  return n;
+  write_imageset(root, list, entries, db_path, options);
+  return int64_t(entries.size());
 }
 
 }  // namespace lamina

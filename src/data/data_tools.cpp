@@ -1,9 +1,10 @@
 // Caffe's convert_mnist_data and compute_image_mean (data_tools.hpp).
 #include "lamina/data_tools.hpp"
 
-#include <cstdio>
 #include <memory>
 #include <vector>
+
+#include "datum_writer.hpp"
 
 #include "lamina/datum.hpp"
 #include "lamina/idx.hpp"
@@ -22,25 +23,15 @@ int64_t convert_mnist(const std::string& images, const std::string& labels,
   const int64_t n = pixels.dims[0], rows = pixels.dims[1], cols = pixels.dims[2];
   LAMINA_REQUIRE(n == classes.dims[0], "'", images, "' holds ", n, " images but '", labels,
                  "' holds ", classes.dims[0], " labels; the two files must come from one set");
-  LAMINA_REQUIRE(n < 100000000, "'", images, "' holds ", n, " images; Caffe's keys (%08d) "
-                 "number at most 10^8 records");
-  std::unique_ptr<DbWriter> db = create_db(db_path, kind);
-  Datum datum;
-  datum.set_channels(1);
-  datum.set_height(int(rows));
-  datum.set_width(int(cols));
-  std::string value;
   const size_t image_bytes = size_t(rows * cols);
-  for (int64_t i = 0; i < n; ++i) {
+  write_datums(db_path, kind, "IDX file '" + images + "'", n, [&](int64_t i, Datum& datum) {
+    datum.set_channels(1);
+    datum.set_height(int(rows));
+    datum.set_width(int(cols));
     datum.set_data(pixels.values.data() + i * image_bytes, image_bytes);
     datum.set_label(classes.values[i]);
-    char key[16];
-    std::snprintf(key, sizeof key, "%08lld", static_cast<long long>(i));
-    datum.SerializeToString(&value);
-    db->put(key, value);
-    if ((i + 1) % kRecordsPerCommit == 0) db->commit();
-  }
-  db->commit();
+    return std::string();
+  });
   return n;
 }
 
