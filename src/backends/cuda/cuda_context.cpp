@@ -99,6 +99,16 @@ CudaContext::CudaContext(int device) : device_(device) {
   ++g_contexts;
 }
 
+cudaStream_t CudaContext::upload_stream() {
+  std::call_once(upload_once_, [this] {
+    make_current();
+    LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&upload_, cudaStreamNonBlocking));
+    ++g_streams;
+    LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+  });
+  return upload_;
+}
+
 void CudaContext::create_lane(Lane& lane) {
   LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
   ++g_streams;
@@ -118,12 +128,14 @@ void CudaContext::release() noexcept {
     if (slot.copied) cudaEventDestroy(slot.copied);
     slot.copied = nullptr;
   }
-  for (cudaEvent_t* event : {&main_done_, &side_done_, &collective_done_}) {
+  for (cudaEvent_t* event : {&main_done_, &side_done_, &collective_done_, &upload_done_}) {
     if (*event) cudaEventDestroy(*event);
     *event = nullptr;
   }
-  if (collective_) cudaStreamDestroy(collective_);
-  collective_ = nullptr;
+  for (cudaStream_t* stream : {&collective_, &upload_}) {
+    if (*stream) cudaStreamDestroy(*stream);
+    *stream = nullptr;
+  }
   for (Lane& lane : lanes_) {  // a constructor that failed has made no cuDNN handle yet
     if (lane.blas) cublasDestroy(lane.blas);
     if (lane.blas_workspace) cudaFree(lane.blas_workspace);

@@ -94,6 +94,12 @@ class CudaContext {
   cudaStream_t fork_collective_lane();
   void join_collective_lane();
   cudaStream_t collective_stream() const { return collective_; }
+  // The upload stream: uploads from pinned host memory beside the computation
+  // (Backend::make_upload_lane; cuda_upload.cpp), created with its event on the first call
+  // (a process without data layers has none). join_upload_lane makes later main-stream work
+  // wait for everything issued on it so far.
+  cudaStream_t upload_stream();
+  void join_upload_lane() { order_after(lanes_[0].stream, upload_stream(), upload_done_); }
   // A collective's kernels need SMs of their own to run beside the backward pass: a GEMM
   // issued before them takes every SM for its wave of tiles, and they would wait for it.
   // leave_sms(sms) makes both lanes' cuBLAS calls target all SMs but sms
@@ -205,6 +211,9 @@ class CudaContext {
   bool on_side_ = false;        // operations go to the side stream
   bool side_pending_ = false;   // the side stream has work the main stream has not waited for
   cudaStream_t collective_ = nullptr;  // the collective lane
+  std::once_flag upload_once_;
+  cudaStream_t upload_ = nullptr;      // the upload lane
+  cudaEvent_t upload_done_ = nullptr;
   bool collective_pending_ = false;  // collective_ has work the main stream has not waited for
   int blas_sms_ = 0;                 // the lanes' cuBLAS SM target (0: every SM)
   bool capturing_ = false;

@@ -1,8 +1,9 @@
 // CudaBackend's pinned host memory and upload lanes (Backend::allocate_pinned,
-// make_upload_lane): page-locked memory; a lane is a copy stream of its own, whose uploads
-// overlap the main stream's kernels, ordered against them by events (marks, join), with
-// fences that are events recorded after its uploads. A data layer's prefetch threads wait on
-// a fence before they write a batch buffer again, so the training step itself never waits.
+// make_upload_lane): page-locked memory; a lane uploads on the context's upload stream, so
+// its copies overlap the main stream's kernels, ordered against them by events (marks,
+// join), with fences that are events recorded after its uploads. A data layer's prefetch
+// threads wait on a fence before they write a batch buffer again, so the training step
+// itself never waits.
 #include <glog/logging.h>
 
 #include <vector>
@@ -47,25 +48,22 @@ class EventFence final : public UploadFence {
   cudaEvent_t event_ = nullptr;
 };
 
-// A stream of its own for the uploads; marks are events recorded on the main stream, which
-// the upload stream waits for; join() makes the main stream wait for the upload stream.
+// Uploads on the context's upload stream (one per device, shared by every lane); marks are
+// events of the lane's own, recorded on the main stream, which the upload stream waits for;
+// join() makes the main stream wait for the upload stream.
 class StreamLane final : public UploadLane {
  public:
   StreamLane(CudaContext& context, int marks) : context_(context) {
+    context_.upload_stream();  // made now, with the layer, if this is the device's first lane
     context_.make_current();
-    LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     marks_.resize(size_t(marks));
     for (Mark& m : marks_)
       LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&m.event, cudaEventDisableTiming));
-    LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
   }
   ~StreamLane() override {
-    if (cudaSetDevice(context_.device()) == cudaSuccess &&
-        cudaStreamSynchronize(stream_) == cudaSuccess) {
+    // A wait already issued on a mark keeps its state; the events may go.
+    if (cudaSetDevice(context_.device()) == cudaSuccess)
       for (Mark& m : marks_) cudaEventDestroy(m.event);
-      cudaEventDestroy(uploaded_);
-      cudaStreamDestroy(stream_);
-    }
     cudaGetLastError();  // at process exit the runtime may be gone: nothing to report
   }
   StreamLane(const StreamLane&) = delete;
@@ -81,23 +79,23 @@ class StreamLane final : public UploadLane {
   void wait_for(int m) override {
     require(m);
     if (marks_[size_t(m)].recorded)
-      LAMINA_CUDA_CHECK(cudaStreamWaitEvent(stream_, marks_[size_t(m)].event, 0));
+      LAMINA_CUDA_CHECK(
+          cudaStreamWaitEvent(context_.upload_stream(), marks_[size_t(m)].event, 0));
   }
   void upload(size_t bytes, const void* pinned_src, void* dst) override {
     context_.require_not_capturing("an upload from the host");
     if (bytes == 0) return;
     context_.make_current();
-    LAMINA_CUDA_CHECK(
-        cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, stream_));
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice,
+                                      context_.upload_stream()));
   }
   void join() override {
     context_.require_main_lane("joining the uploads");
     context_.require_not_capturing("joining the uploads");
-    LAMINA_CUDA_CHECK(cudaEventRecord(uploaded_, stream_));
-    LAMINA_CUDA_CHECK(cudaStreamWaitEvent(context_.stream(), uploaded_, 0));
+    context_.join_upload_lane();
   }
   std::unique_ptr<UploadFence> make_fence() override {
-    return std::make_unique<EventFence>(context_, stream_);
+    return std::make_unique<EventFence>(context_, context_.upload_stream());
   }
 
  private:
@@ -111,9 +109,7 @@ class StreamLane final : public UploadLane {
   }
 
   CudaContext& context_;
-  cudaStream_t stream_ = nullptr;
   std::vector<Mark> marks_;
-  cudaEvent_t uploaded_ = nullptr;
 };
 
 }  // namespace
