@@ -47,6 +47,9 @@ struct DatumBuffers {
 // Where a record came from, for messages: "LMDB database 'path', record '00000012': ".
 std::string record_prefix(const std::string& source, std::string_view key);
 
+// An image's pixels as a Datum's values: (C, H, W) bytes in chw (CVMatToDatum's order).
+DatumValues image_values(const Image& image, std::vector<uint8_t>& chw);
+
 // Reads a record's value into buffers.datum and returns its example. A raw Datum must have
 // positive dimensions and exactly channels x height x width values in data (bytes) or
 // float_data; they are viewed in place. An encoded one is decoded as mode says (Caffe's

@@ -30,10 +30,7 @@ DatumValues decoded_values(ImageMode mode, const std::string& source, std::strin
   std::string what = record_prefix(source, key);
   what.resize(what.size() - 2);  // without ": "
   decode_image(buffers.datum.data(), mode, what + " (an encoded Datum)", buffers.image);
-  const Image& image = buffers.image;
-  buffers.chw.resize(size_t(image.count()));
-  image_to_chw(image, buffers.chw.data());
-  return {{image.channels, image.height, image.width}, buffers.chw.data(), nullptr};
+  return image_values(buffers.image, buffers.chw);
 }
 
 }  // namespace
@@ -48,6 +45,12 @@ std::string record_prefix(const std::string& source, std::string_view key) {
   for (char& c : shown)
     if (c < 0x20 || c == 0x7f) c = '?';  // keys are text in Caffe's tools; show any as text
   return source + ", record '" + shown + (key.size() > 64 ? "...'" : "'") + ": ";
+}
+
+DatumValues image_values(const Image& image, std::vector<uint8_t>& chw) {
+  chw.resize(size_t(image.count()));
+  image_to_chw(image, chw.data());
+  return {{image.channels, image.height, image.width}, chw.data(), nullptr};
 }
 
 DatumValues read_datum(std::string_view bytes, const std::string& source, std::string_view key,

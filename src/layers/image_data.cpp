@@ -120,10 +120,7 @@ class ListSource final : public RecordSource {
     const bool resize = param_.new_height() > 0;
     if (resize) resize_image(buffers.image, param_.new_height(), param_.new_width(),
                              buffers.resized);
-    const Image& image = resize ? buffers.resized : buffers.image;
-    buffers.chw.resize(size_t(image.count()));
-    image_to_chw(image, buffers.chw.data());
-    return {{image.channels, image.height, image.width}, buffers.chw.data(), nullptr};
+    return image_values(resize ? buffers.resized : buffers.image, buffers.chw);
   }
 
   ImageDataParameter param_;
