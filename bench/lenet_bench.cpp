@@ -138,15 +138,19 @@ int main(int argc, char** argv) {
         lamina::convert_mnist(dir + "/train-images-idx3-ubyte", dir + "/train-labels-idx1-ubyte",
                               lmdb, lamina::DbKind::kLmdb);
       }
-      std::printf("%6s %14s %12s %8s\n", "batch", "MnistData_s", "LMDB_s", "ratio");
+      std::printf("%6s %14s %12s %8s %14s %12s\n", "batch", "MnistData_s", "LMDB_s", "ratio",
+                  "MnistData_ops", "LMDB_ops");
       for (int batch : o.batch_sizes) {
-        const double resident = lamina::bench::time_epochs("lenet", batch, o, *backend)
-                                    .epoch_seconds;
-        const double from_db =
+        const lamina::bench::EpochTiming resident =
+            lamina::bench::time_epochs("lenet", batch, o, *backend);
+        const lamina::bench::EpochTiming from_db =
             lamina::bench::time_epochs("lenet", batch, o, *backend, [&](auto& m) {
               read_from_lmdb(m, lmdb);
-            }).epoch_seconds;
-        std::printf("%6d %14.4f %12.4f %8.3f\n", batch, resident, from_db, from_db / resident);
+            });
+        std::printf("%6d %14.4f %12.4f %8.3f %14lld %12lld\n", batch, resident.epoch_seconds,
+                    from_db.epoch_seconds, from_db.epoch_seconds / resident.epoch_seconds,
+                    static_cast<long long>(resident.step_operations()),
+                    static_cast<long long>(from_db.step_operations()));
         std::fflush(stdout);
       }
     }
