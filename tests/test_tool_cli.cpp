@@ -42,10 +42,13 @@ TEST(Closest, SuggestsOnlyLikelyMisspellings) {
 struct ToolLikeApp {
   CLI::App app{"test app", "lamina"};
   std::string solver, model, gpu;
+  std::vector<std::string> plugins;
   CLI::App* train = app.add_subcommand("train", "Train");
   CLI::App* test = app.add_subcommand("test", "Test");
   ToolLikeApp() {
     app.require_subcommand(1);
+    app.add_option("--plugin", plugins);  // the program's, before or after the command
+    app.fallthrough();
     train->add_option("--solver", solver)->required();
     train->add_option("--gpu", gpu);
     test->add_option("--model", model)->required();
@@ -80,6 +83,16 @@ TEST(UnknownWord, NamesAMisspeltOptionOfTheSubcommand) {
             "lamina train: unknown option '--model' (lamina train --help lists the options)");
   EXPECT_EQ(unknown({"train", "--solver=s", "--gpu=0"}), "");
   EXPECT_EQ(unknown({"train", "--solver", "s", "--", "--not-an-option"}), "");
+}
+
+TEST(UnknownWord, TheProgramsOwnOptionsMayComeBeforeOrAfterTheCommand) {
+  EXPECT_EQ(unknown({"--plugin", "a.so", "train", "--solver", "s"}), "");
+  EXPECT_EQ(unknown({"train", "--solver", "s", "--plugin", "a.so"}), "");
+  // The value of --plugin is not taken for the command.
+  EXPECT_EQ(unknown({"--plugin", "train", "tset"}),
+            "'tset' is not a lamina command; did you mean 'test'? (commands: train, test)");
+  EXPECT_EQ(unknown({"train", "--plugn", "a.so"}),
+            "lamina train: unknown option '--plugn'; did you mean '--plugin'?");
 }
 
 int parse_args(std::vector<std::string> args, std::string* err) {

@@ -68,8 +68,12 @@ inline std::vector<std::string> long_option_names(const CLI::App& app) {
 // from options: such a file name must be given as ./--name.
 inline std::string unknown_word(const CLI::App& app, int argc, char** argv) {
   const std::string program = app.get_name();
+  // The program's own options (--help, --plugin FILE) before the command.
   int first = 1;
-  while (first < argc && argv[first][0] == '-') ++first;  // --help and the like
+  while (first < argc && argv[first][0] == '-') {
+    const CLI::Option* option = app.get_option_no_throw(argv[first]);
+    first += option != nullptr && option->get_items_expected_min() > 0 ? 2 : 1;
+  }
   if (first == argc) return {};
   const std::string word = argv[first];
   std::vector<std::string> commands;
@@ -87,8 +91,12 @@ inline std::string unknown_word(const CLI::App& app, int argc, char** argv) {
     if (arg == "--") break;
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) continue;
     const std::string name = arg.substr(0, arg.find('='));
-    if (sub->get_option_no_throw(name) != nullptr) continue;
-    const auto guess = closest(name, long_option_names(*sub));
+    // The command's options, and the program's, which may follow the command.
+    if (sub->get_option_no_throw(name) != nullptr || app.get_option_no_throw(name) != nullptr)
+      continue;
+    std::vector<std::string> names = long_option_names(*sub);
+    for (const std::string& n : long_option_names(app)) names.push_back(n);
+    const auto guess = closest(name, names);
     return program + " " + word + ": unknown option '" + name + "'" +
            (guess ? "; did you mean '" + *guess + "'?"
                   : " (" + program + " " + word + " --help lists the options)");

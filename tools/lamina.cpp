@@ -43,9 +43,11 @@
 #include "lamina/data_tools.hpp"
 #include "lamina/io.hpp"
 #include "lamina/net.hpp"
+#include "lamina/plugin.hpp"
 #include "lamina/precision.hpp"
 #include "lamina/snapshot.hpp"
 #include "lamina/solver.hpp"
+#include "lamina/version.hpp"
 
 namespace {
 
@@ -565,6 +567,14 @@ int main(int argc, char** argv) {
   CLI::App app{"Lamina: train, score and time neural networks defined in prototxt files",
                "lamina"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("lamina ") + lamina::version());
+  // Layer plugins, before or after the subcommand (lamina train --plugin FILE ...).
+  std::vector<std::string> plugins;
+  app.add_option("--plugin", plugins, "Load custom layers from this plugin (a shared library "
+                 "built against this Lamina; repeat for several; also LAMINA_PLUGIN_PATH, "
+                 "a ':' list of plugin files and folders; docs/plugins.md)")
+      ->type_name("FILE");
+  app.fallthrough();
   std::string model_path, weights_path, gpu, precision;
   int iterations = 50;
   TrainOptions train_options;
@@ -728,6 +738,8 @@ int main(int argc, char** argv) {
       convert_level_option->count() > 0)
     state.level = level;
   try {
+    lamina::load_plugins_from_environment();
+    for (const std::string& plugin : plugins) lamina::load_plugin(plugin);
     if (*train_cmd) {
       try {
         return train(train_options, argc, argv);

@@ -14,7 +14,7 @@
 
 #include "lamina/backend.hpp"
 #include "lamina/communicator.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina::cli {
 

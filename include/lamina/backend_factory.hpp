@@ -12,7 +12,7 @@
 #include <string>
 
 #include "lamina/backend.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

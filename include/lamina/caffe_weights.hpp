@@ -26,7 +26,7 @@
 #include "lamina/blob_proto.hpp"
 #include "lamina/net.hpp"
 #include "lamina/snapshot.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

@@ -7,7 +7,7 @@
 
 #include "lamina/database.hpp"
 #include "lamina/image.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

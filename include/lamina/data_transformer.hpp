@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "lamina/datum.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

@@ -11,7 +11,7 @@
 
 #include "lamina/common.hpp"
 #include "lamina/image.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "lamina/common.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

@@ -19,7 +19,7 @@
 #include "lamina/backend.hpp"
 #include "lamina/common.hpp"
 #include "lamina/tensor.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

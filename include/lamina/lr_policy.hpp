@@ -18,7 +18,7 @@
 #include <optional>
 #include <string>
 
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 #include "lamina/step_state.hpp"
 
 namespace lamina {

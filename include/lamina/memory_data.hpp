@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

@@ -26,7 +26,7 @@
 #include "lamina/layer.hpp"
 #include "lamina/param_arena.hpp"
 #include "lamina/tensor.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

@@ -20,7 +20,7 @@
 #include <optional>
 #include <string>
 
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

@@ -35,7 +35,7 @@
 #include "lamina/gradient_buckets.hpp"
 #include "lamina/net.hpp"
 #include "lamina/solver_nets.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

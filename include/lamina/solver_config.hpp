@@ -11,7 +11,7 @@
 #include <google/protobuf/message.h>
 
 #include "lamina/backend.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

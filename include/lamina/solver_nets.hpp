@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "lamina/database.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "lamina/backend.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 #include "pass_random.hpp"
 
 namespace lamina {

@@ -13,7 +13,7 @@
 
 #include "lamina/backend.hpp"
 #include "lamina/tensor.hpp"
-#include "lamina.pb.h"
+#include "lamina/lamina.pb.h"
 
 namespace lamina {
 
