@@ -32,7 +32,6 @@
 #include <memory>
 #include <new>
 #include <optional>
-#include <set>
 #include <utility>
 
 #include "command_line.hpp"
@@ -48,6 +47,7 @@
 #include "lamina/snapshot.hpp"
 #include "lamina/solver.hpp"
 #include "lamina/version.hpp"
+#include "lamina/weights_file.hpp"
 
 namespace {
 
@@ -163,51 +163,6 @@ auto with_context(const std::string& context, Fn&& fn) {
   }
 }
 
-// Up to `limit` names, then how many more: "a, b, c and 12 more".
-std::string some_names(const std::vector<std::string>& names, size_t limit = 5) {
-  if (names.empty()) return "none";
-  std::string out;
-  for (size_t i = 0; i < names.size() && i < limit; ++i)
-    out += (i ? ", " : "") + ("'" + names[i] + "'");
-  if (names.size() > limit) out += " and " + std::to_string(names.size() - limit) + " more";
-  return out;
-}
-
-// Loads a --weights file into net: Lamina's weights (weights_file_is_lamina: the file begins
-// with "LAMINA", or is named *.lamina), else a Caffe model (.caffemodel, matched by layer
-// name as Caffe does; caffe_weights.hpp). A file none of whose entries is a parameter of
-// the net (trained for another net, or named differently) is an error naming both sides,
-// unless allow_unmatched. net_label: "net 'x'", "TEST net"; how_to_allow: how the error can
-// be overridden, when it can (", or give --flag to ...").
-lamina::WeightsLoadReport load_user_weights(lamina::Net& net, const std::string& path,
-                                            lamina::WeightsMatch match,
-                                            const std::string& net_label, bool allow_unmatched,
-                                            const std::string& how_to_allow = {}) {
-  if (!lamina::weights_file_is_lamina(path)) {
-    LOG(INFO) << path << " is not a Lamina file: reading it as a Caffe model";
-    return lamina::load_caffe_weights(net, path, match, allow_unmatched);
-  }
-  const lamina::SnapshotFile file =
-      lamina::read_snapshot_file(path, lamina::SnapshotKind::kWeights);
-  std::vector<std::string> params, entries;
-  for (const lamina::ParamInfo& info : net.arena().table()) params.push_back(info.name);
-  const std::set<std::string> known(params.begin(), params.end());
-  bool any = false;
-  for (const lamina::SnapshotRecord& record : file.records) {
-    entries.push_back(record.name);
-    any = any || known.count(record.name) > 0;
-  }
-  if (!any && !allow_unmatched) {
-    lamina::fail("weights file '", path, "' matches no parameter of the ", net_label,
-                 ": the net has ", params.size(), " parameter", params.size() == 1 ? "" : "s",
-                 " (", some_names(params), "), the file ", entries.size(), " entr",
-                 entries.size() == 1 ? "y" : "ies", " (", some_names(entries), "). Parameters "
-                 "are matched by name (<layer>/<role>): give weights trained for this net",
-                 how_to_allow, ".");
-  }
-  return lamina::load_weights(net.arena(), file, path, match);
-}
-
 // Solver fields that `lamina train` can also set with a flag: a library message naming the
 // field gets the flag as a hint (the library knows nothing of this tool's flags).
 const std::vector<lamina::cli::FieldFlag> kTrainFieldFlags = {
@@ -295,7 +250,7 @@ int train(const TrainOptions& o, int argc, char** argv) {
   if (!o.snapshot.empty()) {
     solver->restore(o.snapshot);
   } else if (!o.weights.empty()) {
-    const lamina::WeightsLoadReport report = load_user_weights(
+    const lamina::WeightsLoadReport report = lamina::load_weights_file(
         solver->net(), o.weights, lamina::WeightsMatch::kFineTune,
         "net '" + solver->net().name() + "'", o.allow_unmatched_weights,
         ", or give --allow-unmatched-weights to train every parameter from its filler");
@@ -353,8 +308,8 @@ int test(const std::string& model_path, const std::string& weights_path, int ite
     return lamina::Net(net_param, lamina::TEST, *backend, 1, nullptr, model_path);
   });
   const lamina::WeightsLoadReport report = with_context(label, [&] {
-    return load_user_weights(net, weights_path, lamina::WeightsMatch::kRequireAll, "TEST net",
-                             false);
+    return lamina::load_weights_file(net, weights_path, lamina::WeightsMatch::kRequireAll,
+                                     "TEST net");
   });
   for (const std::string& name : report.ignored)
     LOG(INFO) << "in " << weights_path << " but not in the TEST net, ignored: " << name;
