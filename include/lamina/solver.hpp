@@ -35,6 +35,7 @@
 #include "lamina/gradient_buckets.hpp"
 #include "lamina/net.hpp"
 #include "lamina/solver_nets.hpp"
+#include "lamina/solver_observer.hpp"
 #include "lamina/lamina.pb.h"
 
 namespace lamina {
@@ -154,6 +155,11 @@ class Solver {
   }
   // Whether the last step() or solve() returned early because of a kStop action.
   bool stopped_early() const { return stopped_early_; }
+
+  // Observers (solver_observer.hpp), called in the order added. The solver does not own
+  // them: each must outlive the solver or be removed first. Adding one twice is an Error.
+  void add_observer(SolverObserver& observer);
+  void remove_observer(SolverObserver& observer);
 
   // ---- FP16 loss scaling (solver_loss_scale.cpp, docs/precision.md) ----
   // Whether the solver scales the loss: some layer of its TRAIN net runs in FP16.
@@ -316,6 +322,12 @@ class Solver {
   std::chrono::steady_clock::time_point rate_reference_time_;
   bool rate_warned_ = false;
   std::function<SolverAction()> action_source_;
+  std::vector<SolverObserver*> observers_;
+  // Calls f(observer) for each observer.
+  template <typename F>
+  void notify(F&& f) const {
+    for (SolverObserver* observer : observers_) f(*observer);
+  }
   bool stopped_early_ = false;
   bool stop_snapshot_saved_ = true;  // false: a stop asked for a snapshot that failed
   bool graphs_ = false;     // replays_steps()

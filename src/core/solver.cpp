@@ -4,6 +4,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -284,6 +285,7 @@ void Solver::step(int iters) {
       const std::string scale = loss_scale_note();
       LOG(INFO) << "Iteration " << iter_ << ", loss = " << loss << ", lr = " << learning_rate()
                 << scale;
+      notify([&](SolverObserver& o) { o.on_display(*this, loss_history_.back(), learning_rate()); });
     }
     if (check) check_finite(states_before, display);
     apply_update();
@@ -294,6 +296,7 @@ void Solver::step(int iters) {
 }
 
 bool Solver::after_iteration() {
+  notify([&](SolverObserver& o) { o.on_iteration(*this); });
   if (param_.snapshot() > 0 && iter_ % param_.snapshot() == 0) snapshot_as_configured("periodic");
   if (!action_source_) return true;
   const SolverAction action = agree_on_action(action_source_());
@@ -474,6 +477,16 @@ TestResult Solver::test(int net) {
   return test_updated_weights(net);
 }
 
+void Solver::add_observer(SolverObserver& observer) {
+  LAMINA_REQUIRE(std::find(observers_.begin(), observers_.end(), &observer) == observers_.end(),
+                 "this observer was already added to the solver");
+  observers_.push_back(&observer);
+}
+
+void Solver::remove_observer(SolverObserver& observer) {
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), &observer), observers_.end());
+}
+
 std::vector<TestResult> Solver::test_all() {
   std::vector<TestResult> results;
   for (int k = 0; k < num_test_nets(); ++k) results.push_back(test(k));
@@ -521,6 +534,7 @@ TestResult Solver::test_updated_weights(int k) {
     offset += count;
   }
   test_history_.push_back({iter_, result});
+  notify([&](SolverObserver& o) { o.on_test(*this, result); });
   return result;
 }
 

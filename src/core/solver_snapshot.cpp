@@ -199,6 +199,7 @@ SnapshotPaths Solver::snapshot() {
   const double ms = std::chrono::duration<double, std::milli>(end - start).count();
   LOG(INFO) << "Snapshot at iteration " << iter_ << ": " << paths.weights << ", " << paths.state
             << " (" << ms << " ms)";
+  notify([&](SolverObserver& o) { o.on_snapshot(*this, paths); });
   return paths;
 }
 
