@@ -1,10 +1,10 @@
-"""MNIST for the PyTorch reference benchmarks: the IDX files (plain or .gz) on the GPU."""
+"""MNIST for the PyTorch reference benchmarks: the IDX files (plain or .gz) on the GPU.
+read_idx needs NumPy alone (the Python module's tests read MNIST with it)."""
 import gzip
 import os
 import struct
 
 import numpy as np
-import torch
 
 
 def read_idx(path):
@@ -23,6 +23,8 @@ def read_idx(path):
 def load_mnist(data_dir, device, shape):
     """(x_train, y_train, x_test, y_test) on device; images scaled by 1/256 (Lamina's
     transform_param scale 0.00390625) and viewed as shape, e.g. (-1, 784) or (-1, 1, 28, 28)."""
+    import torch
+
     def images(name):
         x = torch.tensor(read_idx(os.path.join(data_dir, name)), device=device)
         return x.float().mul_(0.00390625).view(*shape)
