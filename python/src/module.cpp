@@ -1,10 +1,11 @@
 // The extension module lamina._lamina, which the package lamina (python/lamina/__init__.py)
 // re-exports: lamina.Error, logging, and the parts added by the files beside this one
-// (devices, blobs, net, solver, weights). docs/python.md describes the API.
+// (arrays, devices, blobs, net, solver, weights). docs/python.md describes the API.
 #include <cstdlib>
 
 #include <glog/logging.h>
 
+#include "arrays.hpp"
 #include "handles.hpp"
 #include "lamina/common.hpp"
 #include "lamina/version.hpp"
@@ -49,6 +50,7 @@ PYBIND11_MODULE(_lamina, m) {
   m.def("set_log_level", &lp::set_log_level, py::arg("level"),
         "What Lamina logs to stderr: 'info' (the solver's progress, as the lamina tool "
         "prints it), 'warning' (the default) or 'error'.");
+  lp::add_arrays(m);
   lp::add_devices(m);
   lp::add_blobs(m);
   lp::add_net(m);

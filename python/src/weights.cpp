@@ -49,11 +49,9 @@ void write_weights(const std::string& path, const py::dict& arrays) {
   std::vector<SnapshotRecord> records;
   for (const auto& [key, value] : arrays) {
     const std::string name = py::str(key);
-    const py::array array = py::array::ensure(value);
-    if (!array) throw py::type_error("write_weights: '" + name + "' is not an array");
-    const Shape shape(array.shape(), array.shape() + array.ndim());
-    records.push_back(SnapshotRecord::of_floats(name, shape,
-                                                values_for(array, shape, "weights '" + name + "'")));
+    Shape shape;
+    std::vector<float> values = values_of(value, "weights '" + name + "'", &shape);
+    records.push_back(SnapshotRecord::of_floats(name, shape, std::move(values)));
   }
   py::gil_scoped_release unlocked;
   write_file_atomically(path, encode_snapshot(SnapshotKind::kWeights, records));
