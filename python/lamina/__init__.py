@@ -19,7 +19,7 @@ from ._lamina import (Blob, Error, Net, Param, Solver, __version__, cuda_availab
                       cuda_compiled, device_query, devices, read_weights, set_log_level,
                       write_weights)
 
-__all__ = ["Blob", "Error", "Net", "Param", "Solver", "cuda_available", "cuda_compiled",
+__all__ = ["__version__", "Blob", "Error", "Net", "Param", "Solver", "cuda_available", "cuda_compiled",
            "device_query", "devices", "read_weights", "set_log_level", "write_weights"]
 
 for _name in ("Blob", "Error", "Net", "Param", "Solver"):  # lamina.Net in messages, not _lamina

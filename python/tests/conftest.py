@@ -11,8 +11,6 @@ import sys
 import numpy as np
 import pytest
 
-import lamina
-
 REPO = os.environ.get("LAMINA_SOURCE_DIR") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "bench"))

@@ -3,7 +3,6 @@ exactly, fine-tuning starts from given weights."""
 import os
 
 import numpy as np
-import pytest
 
 import lamina
 from conftest import write_solver
