@@ -49,11 +49,18 @@ if(LAMINA_HAVE_ONNX)
                  "${LAMINA_ONNX_PYTHON}")
 endif()
 
-# Sets up a test executable of the ONNX export (tests/CMakeLists.txt calls it).
-function(lamina_onnx_test target)
-  if(LAMINA_HAVE_ONNX)
-    target_link_libraries(${target} PRIVATE lamina_onnx)
-    target_compile_definitions(${target} PRIVATE LAMINA_WITH_ONNX
-                               LAMINA_ONNX_PYTHON="${LAMINA_ONNX_PYTHON}")
+# The ONNX tests (tests/CMakeLists.txt calls this): test_onnx_export links lamina_onnx and
+# runs the NumPy evaluator with the Python found above; onnx_ort_prepare writes the models and
+# Lamina's outputs that tests/onnx/compare_ort.py checks in ONNX Runtime (docs/onnx.md).
+function(lamina_onnx_tests)
+  if(NOT LAMINA_HAVE_ONNX)
+    return()
   endif()
+  target_link_libraries(test_onnx_export PRIVATE lamina_onnx)
+  target_compile_definitions(test_onnx_export PRIVATE LAMINA_WITH_ONNX
+                             LAMINA_ONNX_PYTHON="${LAMINA_ONNX_PYTHON}")
+  add_executable(onnx_ort_prepare ${PROJECT_SOURCE_DIR}/tests/onnx/prepare_ort_check.cpp)
+  target_link_libraries(onnx_ort_prepare PRIVATE lamina_onnx)
+  target_include_directories(onnx_ort_prepare PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_compile_definitions(onnx_ort_prepare PRIVATE LAMINA_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 endfunction()

@@ -3,8 +3,9 @@
 //
 // Weights: every parameter uniform in [-a, a] with a = sqrt(3 / fan-in) (the count per
 // output: its elements over its first dim), so that values keep their scale from layer to
-// layer, except BatchNorm's running statistics (mean_sum, var_sum, factor), set so that
-// var_sum / factor is in [0.5, 1.5] and the factor is 2 (the export must divide by it). Inputs: uniform in [-1, 1]; a blob named "index..."
+// layer, except BatchNorm's running variance and factor: var_sum in [2, 6] and the factor 2
+// (the export must divide by it), a variance in [1, 3] that keeps a deep net's values from
+// growing from block to block. Inputs: uniform in [-1, 1]; a blob named "index..."
 // holds integers in [0, 4) (Embed's and BatchReindex's indices).
 #pragma once
 
@@ -254,7 +255,7 @@ inline void randomize(Net& net, uint64_t seed) {
       fill(*p.tensor, -a, a, false);
     }
     if (layer.type() == "BatchNorm") {
-      fill(*layer.params()[1].tensor, 1.0f, 3.0f, false);     // var_sum: var in [0.5, 1.5]
+      fill(*layer.params()[1].tensor, 2.0f, 6.0f, false);     // var_sum: var in [1, 3]
       layer.params()[2].tensor->copy_data_from_host({2.0f});  // factor
     }
     if (layer.type() == "Input")
