@@ -5,6 +5,7 @@
 // Mul, Max), and the identities of a deploy net: Dropout (inverted: TEST passes x through)
 // and Convert (a storage change; the exported graph is FP32).
 #include <cmath>
+#include <optional>
 
 #include "onnx_graph.hpp"
 
@@ -63,24 +64,36 @@ void swish(LayerNodes& l) {
   l.graph.node("Mul", {l.in[0], gate}, {l.out[0]}, l.name());
 }
 
-// Applies op(v, constant) unless the constant is op's identity; returns the result.
-std::string apply(LayerNodes& l, const char* op, const std::string& v, float c, float neutral,
-                  const std::string& step) {
-  if (c == neutral) return v;
-  return l.graph.step(op, {v, l.graph.scalar(l.part(step), c)}, l.part(step));
+// One step of an element-wise chain: op(v), or op(v, constant).
+struct Step {
+  const char* op;
+  std::string name;
+  std::optional<float> constant;
+};
+
+// The step op(v, c), or none where c is op's neutral element (scale 1, shift 0, power 1).
+std::vector<Step> unless_neutral(const char* op, const std::string& name, float c,
+                                 float neutral) {
+  if (c == neutral) return {};
+  return {Step{op, name, c}};
 }
 
-// Ends a chain of steps: renames its last value to the layer's top (an Identity when the
-// chain made no node, as for Power 1 with scale 1 and shift 0).
-void finish(LayerNodes& l, const std::string& v) {
-  onnx::GraphProto& g = l.graph.proto();
-  if (v != l.in[0] && g.node_size() > 0 && g.node(g.node_size() - 1).output(0) == v) {
-    onnx::NodeProto& last = *g.mutable_node(g.node_size() - 1);
-    last.set_output(0, l.out[0]);
-    last.set_name(l.name());
-    return;
+// Chains the steps from the bottom to the top: the last one writes the top and is named
+// after the layer; with no step at all, an Identity.
+void chain(LayerNodes& l, const std::vector<std::vector<Step>>& groups) {
+  std::vector<Step> steps;
+  for (const std::vector<Step>& g : groups) steps.insert(steps.end(), g.begin(), g.end());
+  if (steps.empty()) return identity(l);
+  std::string v = l.in[0];
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    const bool last = i + 1 == steps.size();
+    std::vector<std::string> inputs{v};
+    if (s.constant) inputs.push_back(l.graph.scalar(l.part(s.name), *s.constant));
+    const std::string out = last ? l.out[0] : l.graph.fresh(l.part(s.name));
+    l.graph.node(s.op, inputs, {out}, last ? l.name() : l.part(s.name));
+    v = out;
   }
-  identity(l);
 }
 
 // y = (shift + scale x)^power; with power or scale 0 the constant 1 (power 0) or
@@ -94,9 +107,9 @@ void power(LayerNodes& l) {
                  {l.out[0]}, l.name());
     return;
   }
-  std::string v = apply(l, "Mul", l.in[0], p.scale(), 1, "scale");
-  v = apply(l, "Add", v, p.shift(), 0, "shift");
-  finish(l, apply(l, "Pow", v, p.power(), 1, "power"));
+  chain(l, {unless_neutral("Mul", "scale", p.scale(), 1),
+            unless_neutral("Add", "shift", p.shift(), 0),
+            unless_neutral("Pow", "power", p.power(), 1)});
 }
 
 // ln(base), base -1 meaning e.
@@ -109,17 +122,16 @@ void exp(LayerNodes& l) {
   const float outer = p.shift() == 0 ? 1.0f
                       : p.base() == -1 ? std::exp(p.shift())
                                        : std::pow(p.base(), p.shift());
-  const std::string e = l.graph.step("Exp", {apply(l, "Mul", l.in[0], inner, 1, "scale")},
-                                     l.part("exp"));
-  finish(l, apply(l, "Mul", e, outer, 1, "base_shift"));
+  chain(l, {unless_neutral("Mul", "scale", inner, 1), {Step{"Exp", "exp", {}}},
+            unless_neutral("Mul", "base_shift", outer, 1)});
 }
 
 // y = log(shift + scale x) / ln(base)
 void log(LayerNodes& l) {
   const LogParameter& p = l.param().log_param();
-  std::string v = apply(l, "Mul", l.in[0], p.scale(), 1, "scale");
-  v = l.graph.step("Log", {apply(l, "Add", v, p.shift(), 0, "shift")}, l.part("log"));
-  finish(l, apply(l, "Mul", v, 1.0f / natural_log(p.base()), 1, "base"));
+  chain(l, {unless_neutral("Mul", "scale", p.scale(), 1),
+            unless_neutral("Add", "shift", p.shift(), 0), {Step{"Log", "log", {}}},
+            unless_neutral("Mul", "base", 1.0f / natural_log(p.base()), 1)});
 }
 
 // SUM: the sum of coeff_i x_i; PROD: the product; MAX: the element-wise maximum (Caffe
@@ -140,7 +152,10 @@ void eltwise(LayerNodes& l) {
   std::vector<std::string> terms;
   for (size_t i = 0; i < l.in.size(); ++i) {
     const float c = p.coeff_size() > 0 ? p.coeff(int(i)) : 1.0f;
-    terms.push_back(apply(l, "Mul", l.in[i], c, 1, "coeff" + std::to_string(i)));
+    const std::string step = "coeff" + std::to_string(i);
+    terms.push_back(c == 1 ? l.in[i]
+                           : l.graph.step("Mul", {l.in[i], l.graph.scalar(l.part(step), c)},
+                                          l.part(step)));
   }
   l.graph.node("Sum", terms, {l.out[0]}, l.name());
 }
