@@ -23,12 +23,18 @@ import onnxruntime as ort
 
 def session(model, provider):
     options = ort.SessionOptions()
+    s = None
     if provider == 'CUDAExecutionProvider':
         try:
-            return ort.InferenceSession(model, options, providers=[(provider, {'use_tf32': 0})])
+            s = ort.InferenceSession(model, options, providers=[(provider, {'use_tf32': 0})])
         except Exception:  # an onnxruntime without the use_tf32 option
-            pass
-    return ort.InferenceSession(model, options, providers=[provider])
+            s = None
+    if s is None:
+        s = ort.InferenceSession(model, options, providers=[provider])
+    if provider not in s.get_providers():  # ORT fell back to another provider
+        raise RuntimeError('%s: the session runs on %s, not %s' % (model, s.get_providers(),
+                                                                   provider))
+    return s
 
 
 def mnist_net(directory, name, images, labels, provider):
