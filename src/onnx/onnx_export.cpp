@@ -4,8 +4,9 @@
 // value per write: the last write keeps the blob's name (so outputs are named as the net's
 // blobs are), earlier ones are named "<blob>/<layer that wrote it>". An Input layer's blob
 // keeps its name as the graph input even when a later layer writes it in place. Split tops
-// are the same value as their bottom (no node; an Identity names one that is an output). Every value a layer writes is declared with
-// the net's shape, so strict shape inference checks each translation's shapes.
+// are the same value as their bottom (no node; an Identity names one that is an output).
+// Every value a layer writes is declared with the net's shape, so strict shape inference
+// checks each translation's shapes.
 #include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -90,6 +91,22 @@ class Exporter {
       if (!outputs.count(value)) graph_.declare(graph_.proto().add_value_info(), value, shape);
   }
 
+  // The blobs of the graph's outputs, in order.
+  const std::vector<std::string>& outputs() const { return outputs_; }
+
+  // The layer whose node a checker's message names (the longest node name in it), or null.
+  const Layer* layer_named_in(const std::string& message) const {
+    const Layer* found = nullptr;
+    size_t longest = 0;
+    for (const auto& [node, layer] : node_layer_)
+      if (node.size() > longest && message.find(node) != std::string::npos) {
+        found = layer;
+        longest = node.size();
+      }
+    return found;
+  }
+
+ private:
   // The blobs whose last value no later layer reads, in the order they were made (Caffe's
   // outputs: unlike Net::output_names, a blob an in-place layer writes last counts).
   std::vector<std::string> output_blobs() const {
@@ -108,21 +125,6 @@ class Exporter {
     return names;
   }
 
-  // The layer whose node a checker's message names (the longest node name in it), or null.
-  const std::vector<std::string>& outputs() const { return outputs_; }
-
-  const Layer* layer_named_in(const std::string& message) const {
-    const Layer* found = nullptr;
-    size_t longest = 0;
-    for (const auto& [node, layer] : node_layer_)
-      if (node.size() > longest && message.find(node) != std::string::npos) {
-        found = layer;
-        longest = node.size();
-      }
-    return found;
-  }
-
- private:
   bool is_input(int i) const { return net_.layer(i).type() == "Input"; }
 
   // How often each blob is written; no other value takes a blob's name.

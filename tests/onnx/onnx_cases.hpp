@@ -214,7 +214,10 @@ inline std::vector<Case> catalogue() {
         layer { name: "relu" type: "ReLU" bottom: "fc" top: "fc" }
         layer { name: "drop" type: "Dropout" bottom: "fc" top: "fc" }
         layer { name: "unused" type: "Sigmoid" bottom: "data" top: "unused" }
-        layer { name: "quiet" type: "Silence" bottom: "unused" })")},
+        layer { name: "quiet" type: "Silence" bottom: "unused" }
+        layer { name: "aux" type: "Input" top: "aux" input_param { shape { dim: 3 } } }
+        layer { name: "doubled" type: "Power" bottom: "aux" top: "aux"
+                power_param { scale: 2 } })")},
       {"bf16_layers", with_input("dim: 2 dim: 3", R"(
         layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc" precision: BF16
                 inner_product_param { num_output: 4 } }
