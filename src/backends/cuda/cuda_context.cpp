@@ -27,6 +27,8 @@ std::atomic<int64_t> g_conv_algorithm_searches{0};
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
+}  // namespace
+
 // Errors after which the CUDA context cannot be used again.
 bool is_sticky(cudaError_t status) {
   switch (status) {
@@ -46,14 +48,13 @@ bool is_sticky(cudaError_t status) {
   }
 }
 
-}  // namespace
-
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
   cudaGetLastError();  // a recoverable error must not resurface at the next launch check
   std::ostringstream hint;
   if (is_sticky(status)) {
     hint << " A kernel failed and the GPU context is unusable; restart the process. Rerun "
             "with CUDA_LAUNCH_BLOCKING=1 to report the failing kernel at its launch.";
+    hint << user_kernels_note();
   } else if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver) {
     hint << " Check the driver with nvidia-smi, or train on the CPU (backend \"cpu\").";
   }
