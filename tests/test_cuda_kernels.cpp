@@ -3,7 +3,8 @@
 // Error a failed launch becomes (its layer, its kernel, the status; CUDA builds), and the
 // solver launching every operation directly, saying why, when a layer defined outside
 // Lamina does not declare itself capturable (a backend that says it can capture stands in
-// for the GPU). examples/custom_cuda_layer's tests run the kernels themselves.
+// for the GPU), and when LAMINA_CHECK_KERNELS=1 is set. examples/custom_cuda_layer's tests
+// run the kernels themselves.
 #include <gmock/gmock.h>
 #include <glog/logging.h>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -152,6 +154,22 @@ TEST(CudaKernels, SolverLaunchesDirectlyUnlessEveryCustomLayerDeclaresItselfCapt
     EXPECT_EQ(solver->iter(), 3);
     EXPECT_EQ(solver->step_operations(), 0);
   }
+}
+
+// LAMINA_CHECK_KERNELS=1 waits for each custom kernel, which a captured step cannot: the
+// solver launches directly and says why. The variable is read once per process, so this
+// runs in a child process of its own.
+TEST(CudaKernels, CheckingKernelsTurnsCapturedStepsOff) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child runs this test from the start
+  FLAGS_logtostderr = true;
+  setenv("LAMINA_CHECK_KERNELS", "1", 1);
+  EXPECT_EXIT(
+      {
+        SaysItCaptures backend;
+        std::exit(doubling_solver(backend, "yes")->replays_steps() ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "CUDA graphs off: LAMINA_CHECK_KERNELS=1 is set");
+  unsetenv("LAMINA_CHECK_KERNELS");
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ TEST_P(TiledLinearOn, ForwardIsTheProductPlusBias) {
       scale[i * k + j] = magnitude;
     }
   }
-  expect_close(y.copy_data_to_host(), expected, scale, 1e-6, "y");
+  expect_close(y.copy_data_to_host(), expected, scale, 4e-6, "y");  // 37 roundings at most
 }
 
 // Central differences on every input and parameter element: rows across two tiles and two
