@@ -63,8 +63,10 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  // A kernel that failed earlier (an illegal address) makes cuBLAS's next call fail so.
   fail("cuBLAS error: ", call, " returned ", cublasGetStatusName(status), " (",
-       cublasGetStatusString(status), ") at ", file, ":", line, ".");
+       cublasGetStatusString(status), ") at ", file, ":", line, ".",
+       status == CUBLAS_STATUS_EXECUTION_FAILED ? user_kernels_note() : std::string());
 }
 
 CudaContext& CudaContext::get(int device) {
