@@ -154,6 +154,50 @@ TEST_F(Inference, APredictorOutlivesItsModel) {
   EXPECT_EQ(compare_bits(predictor->predict(x), net_forward(weights_, 4, x)), "");
 }
 
+// A batch size replaces the first dimension of every input, whichever way the deploy file
+// declares them: an Input layer with two tops, Caffe's input header with input_shape, or
+// with input_dim. Each row of a batch of 5 is what a predictor of batch 1 gives that row.
+TEST_F(Inference, TheBatchSizeIsTheFirstDimensionOfEveryInput) {
+  const std::string fc = R"(layer { name: "fc" type: "InnerProduct" bottom: "x" top: "y"
+      inner_product_param { num_output: 2 } })";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> nets = {
+      {R"(layer { name: "in" type: "Input" top: "a" top: "b"
+                  input_param { shape { dim: 2 dim: 3 } } }
+          layer { name: "sum" type: "Eltwise" bottom: "a" bottom: "b" top: "x" })" + fc,
+       {"a", "b"}},
+      {"input: 'x' input_shape { dim: 2 dim: 3 } " + fc, {"x"}},
+      {"input: 'x' input_dim: 2 input_dim: 3 input_dim: 1 input_dim: 1 " + fc, {"x"}},
+  };
+  for (const auto& [text, inputs] : nets) {
+    SCOPED_TRACE(text);
+    const NetParameter param = parse_net_parameter(text, "net");
+    const Model model(param, write_weights(dir_, "w.lamina", param, 4), "cpu", "net");
+    EXPECT_EQ(model.input_names(), inputs);
+    Predictor five(model, 5), one(model, 1);
+    const int64_t per_row = shape_count(model.input_shape(inputs[0])) / 2;  // 3
+    for (const std::string& input : inputs) {
+      EXPECT_EQ(five.input_shape(input)[0], 5);
+      five.set_input(input, random_values(5 * per_row, input.size()));
+    }
+    five.forward();
+    const std::vector<float> rows = five.output("y");
+    ASSERT_EQ(five.output_shape("y"), (Shape{5, 2}));
+    for (int64_t r = 0; r < 5; ++r) {
+      for (const std::string& input : inputs) {
+        const std::vector<float> all = random_values(5 * per_row, input.size());
+        one.set_input(input, std::vector<float>(all.begin() + r * per_row,
+                                                all.begin() + (r + 1) * per_row));
+      }
+      one.forward();
+      EXPECT_EQ(compare(one.output("y"), {rows[2 * r], rows[2 * r + 1]}, 1e-6), "") << "row " << r;
+    }
+    if (inputs.size() > 1) {
+      EXPECT_NE(error_of([&] { five.predict({}); }).find("has 2 inputs ('a', 'b')"),
+                std::string::npos);
+    }
+  }
+}
+
 // Each of `threads` predictors (batch 3) answers `requests` requests; the results by thread
 // and request, computed one after another, or on all threads at once.
 using Results = std::vector<std::vector<std::vector<float>>>;
@@ -227,6 +271,12 @@ TEST_F(Inference, MistakesAreErrorsNamingWhatIsWrong) {
       [&] { Model(lenet_deploy(), write_weights(dir_, "narrow.lamina", narrower, 1)); });
   EXPECT_NE(shape.find("(500, 800) in the net but (400, 800) in the file"), std::string::npos)
       << shape;
+
+  const NetParameter no_input = parse_net_parameter(
+      "layer { name: 'd' type: 'DummyData' top: 'x' dummy_data_param { shape { dim: 1 } } }",
+      "net");
+  EXPECT_NE(error_of([&] { Model(no_input, weights_, "cpu", "net"); }).find("has no Input layer"),
+            std::string::npos);
 
   Model model(lenet_deploy(), weights_);
   EXPECT_NE(error_of([&] { Predictor(model, -1); }).find("batch size -1 is negative"),

@@ -32,7 +32,7 @@ std::unique_lock<std::mutex> device_lock(const BackendSpec& spec) {
 
 namespace {
 
-// "input 'data' (Input layer 'data')" for messages.
+// Sets a shape's first dimension, its batch; `what` names the shape in messages.
 void set_first_dim(BlobShape& shape, int64_t batch, const std::string& what) {
   LAMINA_REQUIRE(shape.dim_size() > 0, what, " has no dimensions, so it has no batch "
                  "dimension to set to ", batch, "; give it a shape (N, ...) in the deploy file");
@@ -45,7 +45,7 @@ void set_input_layers_batch(google::protobuf::RepeatedPtrField<LayerParameter>& 
     set_input_layers_batch(*layer.mutable_layer(), batch, source);  // Sequential's children
     if (layer.type() != "Input") continue;
     for (BlobShape& shape : *layer.mutable_input_param()->mutable_shape())
-      set_first_dim(shape, batch, source + ": Input layer '" + layer.name() + "''s shape");
+      set_first_dim(shape, batch, source + ": a shape of Input layer '" + layer.name() + "'");
   }
 }
 
