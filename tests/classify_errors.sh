@@ -36,8 +36,10 @@ expect_error "both --idx and --png" "excludes" run --idx "$images" --png mnist_t
 expect_error "--index without --idx" "--index requires --idx" run --png mnist_test_0.png --index 1
 expect_error "--labels without --idx" "--labels requires --idx" \
   run --png mnist_test_0.png --labels "$data/t10k-labels-idx1-ubyte"
-expect_error "--index -1" "--index: must be an image number >= 0, got '-1'" run --idx "$images" --index -1
-expect_error "--index x" "--index: must be an image number >= 0, got 'x'" run --idx "$images" --index x
+for index in -1 x; do
+  expect_error "--index $index" "--index: must be an image number >= 0, got '$index'" \
+    run --idx "$images" --index "$index"
+done
 expect_error "--index past the images" "--index 100 is out of range: .* holds 100 images (0 to 99)" \
   run --idx "$images" --index 3 --index 100
 expect_error "--top-k 0" "--top-k" run --idx "$images" --top-k 0

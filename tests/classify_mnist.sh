@@ -15,7 +15,8 @@ mnist="${LAMINA_MNIST_DIR:-$source_dir/data/mnist}"
 for file in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte \
             t10k-labels-idx1-ubyte; do
   if [ ! -e "$mnist/$file" ] && [ ! -e "$mnist/$file.gz" ]; then
-    echo "FAIL: $mnist/$file is missing: run scripts/fetch_mnist.sh $mnist (or set LAMINA_MNIST_DIR)"
+    echo "FAIL: $mnist/$file is missing: run scripts/fetch_mnist.sh $mnist" \
+         "(or set LAMINA_MNIST_DIR)"
     exit 1
   fi
 done
@@ -23,20 +24,21 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-sed "s|data/mnist/|$mnist/|" "$source_dir/models/mnist/lenet_train.prototxt" > "$tmp/lenet_train.prototxt"
+models="$source_dir/models/mnist"
+sed "s|data/mnist/|$mnist/|" "$models/lenet_train.prototxt" > "$tmp/lenet_train.prototxt"
 # Caffe's LeNet solver (models/mnist/lenet_solver.prototxt) for 300 iterations, without tests.
 sed -e "s|^net: .*|net: \"$tmp/lenet_train.prototxt\"|" -e "s|^max_iter: .*|max_iter: 300|" \
-    -e "/^test_/d" "$source_dir/models/mnist/lenet_solver.prototxt" > "$tmp/solver.prototxt"
+    -e "/^test_/d" "$models/lenet_solver.prototxt" > "$tmp/solver.prototxt"
 echo "snapshot_prefix: \"$tmp/lenet\"" >> "$tmp/solver.prototxt"
 "$lamina" train --solver "$tmp/solver.prototxt" > "$tmp/train.log" 2>&1 ||
   { cat "$tmp/train.log"; fail "lamina train failed"; }
 weights="$tmp/lenet_iter_300.lamina"
-deploy="$source_dir/models/mnist/lenet_deploy.prototxt"
+deploy="$models/lenet_deploy.prototxt"
 
+run() { "$classify" --model "$deploy" --weights "$weights" "$@" 2>&1; }
 # shellcheck disable=SC2046
-"$classify" --model "$deploy" --weights "$weights" --idx "$mnist/t10k-images-idx3-ubyte" \
-  --labels "$mnist/t10k-labels-idx1-ubyte" --index $(seq 0 1999) > "$tmp/classify.txt" 2>&1 ||
-  { cat "$tmp/classify.txt"; fail "classify failed"; }
+run --idx "$mnist/t10k-images-idx3-ubyte" --labels "$mnist/t10k-labels-idx1-ubyte" \
+  --index $(seq 0 1999) > "$tmp/classify.txt" || { cat "$tmp/classify.txt"; fail "classify failed"; }
 summary=$(tail -1 "$tmp/classify.txt")
 echo "classify: $summary"
 accuracy=$(echo "$summary" | sed -n 's/^top-1 accuracy: \([0-9.]*\)% (.* of 2000 images)$/\1/p')
@@ -54,10 +56,8 @@ awk -v a="$accuracy" -v b="$scored" 'BEGIN { d = a - 100 * b; exit !(d <= 0.05 &
   fail "classify's $accuracy% is not lamina test's $scored"
 
 # The PNG of test image 0 gives the probabilities its IDX pixels give.
-png=$("$classify" --model "$deploy" --weights "$weights" --png "$source_dir/tests/data/mnist_test_0.png" 2>&1) ||
-  fail "classify --png: $png"
-idx=$("$classify" --model "$deploy" --weights "$weights" --idx "$mnist/t10k-images-idx3-ubyte" --index 0 2>&1) ||
-  fail "classify --idx --index 0: $idx"
+png=$(run --png "$source_dir/tests/data/mnist_test_0.png") || fail "classify --png: $png"
+idx=$(run --idx "$mnist/t10k-images-idx3-ubyte" --index 0) || fail "classify --index 0: $idx"
 echo "$png"
 echo "$idx"
 [ "${png#*:}" = "${idx#*:}" ] || fail "the PNG and the IDX image give different probabilities"

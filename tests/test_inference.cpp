@@ -35,15 +35,18 @@ NetParameter lenet_param(int64_t n) {
   return param;
 }
 
-// Writes the weights of `param` (a CPU net's), every parameter uniform in [-0.3, 0.3] from
-// `seed` (biases too, so that none is zero), to dir/name; returns its path.
+// Writes the weights of `param` (a CPU net's) to dir/name and returns its path: from `seed`,
+// weights uniform in Xavier's range, +-sqrt(3 / fan_in), and biases in +-0.1 (none zero),
+// so that the probabilities are not all 0 or 1.
 std::string write_weights(const TempDir& dir, const std::string& name, const NetParameter& param,
                           uint64_t seed) {
   NativeBackend cpu;
   Net net(param, TEST, cpu, seed);
   std::vector<float> values(net.arena().count(), 0.0f);
   for (const ParamInfo& info : net.arena().table()) {
-    const std::vector<float> v = random_values(info.count, seed + info.offset, -0.3f, 0.3f);
+    const float bound =
+        info.shape.size() > 1 ? std::sqrt(3.0f * info.shape[0] / info.count) : 0.1f;
+    const std::vector<float> v = random_values(info.count, seed + info.offset, -bound, bound);
     std::copy(v.begin(), v.end(), values.begin() + info.offset);
   }
   net.arena().from_host(values, net.arena().data());
@@ -54,7 +57,8 @@ std::string write_weights(const TempDir& dir, const std::string& name, const Net
 
 // LeNet's "prob" for images (n, 1, 28, 28) by the Net itself, loaded from the weights file.
 std::vector<float> net_forward(const std::string& weights, int64_t n,
-                               const std::vector<float>& images, const std::string& device = "cpu") {
+                               const std::vector<float>& images,
+                               const std::string& device = "cpu") {
   std::unique_ptr<Backend> backend = make_backend(device);
   Net net(lenet_param(n), TEST, *backend, 7);
   load_weights_file(net, weights, WeightsMatch::kRequireAll);
@@ -63,7 +67,9 @@ std::vector<float> net_forward(const std::string& weights, int64_t n,
   return net.blob("prob").copy_data_to_host();
 }
 
-std::vector<float> images(int64_t n, uint64_t seed) { return random_values(n * kPixels, seed, 0, 1); }
+std::vector<float> images(int64_t n, uint64_t seed) {
+  return random_values(n * kPixels, seed, 0, 1);
+}
 
 class Inference : public ::testing::Test {
  protected:
@@ -228,13 +234,22 @@ Results answer(const Model& model, int threads, int requests, bool concurrently)
   return out;
 }
 
-void expect_concurrent_equals_sequential(const Model& model) {
+// The answers on four threads at once are the sequential ones, bit for bit. Each request's
+// answer differs from the one before it (outputs are computed afresh), and, given the same
+// model on the CPU, the sequential answers are the CPU's within `tolerance`.
+void expect_concurrent_equals_sequential(const Model& model, const Model* cpu = nullptr,
+                                         double tolerance = 0) {
   const Results sequential = answer(model, 4, 6, false);
   const Results concurrent = answer(model, 4, 6, true);
-  for (size_t t = 0; t < sequential.size(); ++t)
-    for (size_t r = 0; r < sequential[t].size(); ++r)
+  const Results expected = cpu ? answer(*cpu, 4, 6, false) : Results{};
+  for (size_t t = 0; t < sequential.size(); ++t) {
+    for (size_t r = 0; r < sequential[t].size(); ++r) {
       EXPECT_EQ(compare_bits(concurrent[t][r], sequential[t][r]), "")
           << "thread " << t << ", request " << r;
+      if (r > 0) EXPECT_NE(compare_bits(sequential[t][r], sequential[t][r - 1]), "");
+      if (cpu) EXPECT_EQ(compare(sequential[t][r], expected[t][r], tolerance), "");
+    }
+  }
 }
 
 TEST_F(Inference, ConcurrentPredictorsGiveTheSequentialResults) {
@@ -252,8 +267,9 @@ TEST_F(Inference, MistakesAreErrorsNamingWhatIsWrong) {
             std::string::npos);
 
   // Weights of another net: the MLP's match no parameter of LeNet.
-  const std::string mlp = write_weights(
-      dir_, "mlp.lamina", read_net_parameter(source_dir() + "/models/mnist/mlp_deploy.prototxt"), 1);
+  const NetParameter mlp_deploy =
+      read_net_parameter(source_dir() + "/models/mnist/mlp_deploy.prototxt");
+  const std::string mlp = write_weights(dir_, "mlp.lamina", mlp_deploy, 1);
   const std::string other = error_of([&] { Model(lenet_deploy(), mlp); });
   EXPECT_NE(other.find("matches no parameter of the deploy net 'LeNet'"), std::string::npos)
       << other;
@@ -348,7 +364,8 @@ TEST_F(InferenceGpu, InputsFromDevicePointers) {
   predictor.forward();
   EXPECT_EQ(compare_bits(predictor.output("prob"), from_host), "");
 
-  const std::string host = error_of([&] { predictor.set_input_device("data", x.data(), 4 * kPixels); });
+  const std::string host =
+      error_of([&] { predictor.set_input_device("data", x.data(), 4 * kPixels); });
   EXPECT_NE(host.find("is not in device memory (a host pointer?)"), std::string::npos) << host;
   Floats too_few(*device, x);
   EXPECT_NE(error_of([&] { predictor.set_input_device("data", too_few.get(), kPixels); })
@@ -368,7 +385,9 @@ TEST_F(InferenceGpu, InputsFromDevicePointers) {
 
 TEST_F(InferenceGpu, ConcurrentPredictorsGiveTheSequentialResults) {
   LAMINA_GPU_OR_SKIP();
-  expect_concurrent_equals_sequential(Model(lenet_deploy(), weights_, "cuda:0"));
+  const Model cpu(lenet_deploy(), weights_, "cpu");
+  expect_concurrent_equals_sequential(Model(lenet_deploy(), weights_, "cuda:0"), &cpu,
+                                      kGpuTolerance);
 }
 
 }  // namespace

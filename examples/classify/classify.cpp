@@ -103,8 +103,8 @@ void check_model(const lamina::Model& model, const Images& images, const Options
   LAMINA_REQUIRE(in.size() == 4 && in[1] == 1 && in[2] == images.height && in[3] == images.width,
                  "--model ", o.model, " takes input '", model.input_names()[0], "' of shape ",
                  lamina::shape_string(in), " but the images are ", images.height, " x ",
-                 images.width, " in one channel; give one-channel images of the size the net takes, "
-                 "or a net that takes (N, 1, ", images.height, ", ", images.width, ")");
+                 images.width, " in one channel; give one-channel images of the size the net "
+                 "takes, or a net that takes (N, 1, ", images.height, ", ", images.width, ")");
 }
 
 int run(const Options& o) {
@@ -137,12 +137,14 @@ int run(const Options& o) {
     for (int64_t i = 0; i < n; ++i) {
       const float* p = prob.data() + i * classes;
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [p](int64_t a, int64_t b) { return p[a] > p[b]; });
+      std::stable_sort(order.begin(), order.end(),
+                       [p](int64_t a, int64_t b) { return p[a] > p[b]; });
       const int label = images.labels[first + i];
       std::printf("%s", images.names[first + i].c_str());
       if (label >= 0) std::printf(" (label %d)", label);
       std::printf(":");
-      for (int k = 0; k < o.top_k; ++k) std::printf("  %lld %.4f", (long long)order[k], p[order[k]]);
+      for (int k = 0; k < o.top_k; ++k)
+        std::printf("  %lld %.4f", (long long)order[k], p[order[k]]);
       std::printf("\n");
       if (label >= 0) {
         ++labelled;
