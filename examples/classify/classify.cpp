@@ -51,6 +51,7 @@ Images read_idx_images(const Options& o) {
                  " dimensions; MNIST images are (N, H, W): give an images file "
                  "(*-images-idx3-ubyte), not a labels file");
   const int64_t n = all.dims[0], plane = all.dims[1] * all.dims[2];
+  LAMINA_REQUIRE(n > 0, "--idx ", o.idx, " holds no images");
   std::vector<int64_t> chosen = o.indices;
   if (chosen.empty()) {
     chosen.resize(n);
