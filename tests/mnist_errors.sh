@@ -9,23 +9,9 @@ program=mnist
 # shellcheck source=cli_cases.sh
 source ../cli_cases.sh
 
-# Tiny IDX files (zeros) with the names the models' prototxt files use: 200 training images,
-# 100 test images of 28 x 28.
-idx() {  # idx FILE MAGIC_BYTE COUNT_BYTE [image bytes]
-  local file="$1" magic="$2" count="$3" bytes="${4:-}"
-  if [ -n "$bytes" ]; then
-    printf "\\000\\000\\010\\$magic\\000\\000\\000\\$count\\000\\000\\000\\034\\000\\000\\000\\034" > "$file"
-  else
-    printf "\\000\\000\\010\\$magic\\000\\000\\000\\$count" > "$file"
-  fi
-  head -c "$((${bytes:-1} * $((8#$count))))" /dev/zero >> "$file"
-}
+# Tiny IDX files (zeros) with the names the models' prototxt files use (cli_cases.sh).
 data="$tmp/data"
-mkdir "$data"
-idx "$data/train-images-idx3-ubyte" 003 310 784   # 0310 = 200
-idx "$data/train-labels-idx1-ubyte" 001 310
-idx "$data/t10k-images-idx3-ubyte" 003 144 784    # 0144 = 100
-idx "$data/t10k-labels-idx1-ubyte" 001 144
+tiny_mnist "$data"
 
 run() { "$mnist" linear --data-dir "$data" --epochs 1 "$@"; }
 

@@ -71,11 +71,12 @@ TEST(SolverObserver, HearsEveryIterationDisplayTestAndSnapshotInOrder) {
   Recorder recorder;
   solver->add_observer(recorder);
   solver->solve();
-  // display at 0, 2, 4 (lr 0.1 until 3, then 0.05); tests at 0 and 3; snapshots at 4 and 5.
+  // Display at 0, 2, 4 (lr 0.1 until 3, then 0.05), tests at 0 and 3, each before that
+  // iteration runs; a snapshot once iteration 4 is reached (periodic) and at the end (5).
   const std::vector<std::string> expected = {
       "test 0 net 0", "display 0 lr 0.100000", "iteration 1", "iteration 2",
-      "display 2 lr 0.100000", "iteration 3", "test 3 net 0", "display 4 lr 0.050000",
-      "iteration 4", "snapshot 4", "iteration 5", "snapshot 5"};
+      "display 2 lr 0.100000", "iteration 3", "test 3 net 0", "iteration 4", "snapshot 4",
+      "display 4 lr 0.050000", "iteration 5", "snapshot 5"};
   EXPECT_EQ(recorder.events, expected);
   ASSERT_EQ(recorder.display_losses.size(), solver->loss_history().size());
   for (size_t i = 0; i < recorder.display_losses.size(); ++i)

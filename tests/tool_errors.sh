@@ -226,4 +226,27 @@ expect_error "convert_imageset: one resize dimension" "give both" \
 expect_error "compute_image_mean: both force flags" "--force_color or --force_gray, not both" \
   "$lamina" compute_image_mean "$tmp/images_lmdb" "$tmp/x.binaryproto" --force_color \
   --force_gray
+
+# export_onnx (built with ONNX): the training net names its loss; its deploy net exports.
+if "$lamina" export_onnx --help > /dev/null 2>&1 &&
+   ! "$lamina" export_onnx --model input_net.prototxt --weights none --output "$tmp/x.onnx" 2>&1 |
+     grep -q "built without ONNX"; then
+  expect_error "export_onnx without --output" "lamina: error: --output is required" \
+    "$lamina" export_onnx --model input_net.prototxt --weights w.lamina
+  expect_error "export_onnx: a missing weights file" "no_such.lamina" \
+    "$lamina" export_onnx --model input_net.prototxt --weights no_such.lamina --output "$tmp/x.onnx"
+  "$lamina" train --solver "$(solver_file onnx_weights)" > /dev/null 2>&1
+  expect_error "export_onnx of a training net" \
+    "layer 'loss' (EuclideanLoss) cannot be exported to ONNX: a loss or accuracy layer" \
+    "$lamina" export_onnx --model input_net.prototxt --weights "$tmp/onnx_weights_iter_2.lamina" \
+    --output "$tmp/x.onnx"
+  grep -v EuclideanLoss input_net.prototxt > "$tmp/input_deploy.prototxt"
+  expect_success "export_onnx of the deploy net" \
+    "Wrote $tmp/input.onnx: ONNX opset 17, 1 nodes, 16 weights; inputs x, t, outputs t, y" \
+    "$lamina" export_onnx --model "$tmp/input_deploy.prototxt" \
+    --weights "$tmp/onnx_weights_iter_2.lamina" --output "$tmp/input.onnx"
+else
+  expect_error "export_onnx without ONNX" "built without ONNX export: install Debian's libonnx-dev" \
+    "$lamina" export_onnx --model input_net.prototxt --weights none --output "$tmp/x.onnx"
+fi
 report

@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "command_line.hpp"
+#include "export_onnx.hpp"
 #include "workers.hpp"
 #include "lamina/backend_factory.hpp"
 #include "lamina/caffe_weights.hpp"
@@ -687,6 +688,9 @@ int main(int argc, char** argv) {
   mean_cmd->add_flag("--force_gray", force_gray, "Decode encoded records in gray, as "
                      "transform_param.force_gray");
 
+  ExportOnnxFlags onnx_flags;  // export_onnx.cpp
+  auto* onnx_cmd = add_export_onnx_command(app, onnx_flags);
+
   if (const std::optional<int> status = lamina::cli::parse(app, argc, argv)) return *status;
   if (train_level_option->count() > 0) train_options.state.level = train_level;
   if (test_level_option->count() > 0 || time_level_option->count() > 0 ||
@@ -713,6 +717,7 @@ int main(int argc, char** argv) {
       return convert_imageset_command(root, list, db_path, db_backend, imageset);
     if (*mean_cmd)
       return compute_image_mean_command(db_path, mean_path, db_backend, force_color, force_gray);
+    if (*onnx_cmd) return export_onnx_command(onnx_flags);
   } catch (const lamina::Error& e) {
     std::cerr << "lamina: error" << lamina::cli::worker_label() << ": " << e.what() << std::endl;
     lamina::cli::abort_job();  // under mpirun: the other processes stop too

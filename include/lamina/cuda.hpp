@@ -17,6 +17,9 @@ int cuda_device_count();    // 0 when not compiled or no device/driver
 // context (stream, cuBLAS and cuDNN handles, workspace), created once on first use.
 // Throws Error when the device does not exist, naming what was found.
 std::unique_ptr<Backend> make_cuda_backend(int device);
+// The device whose memory p points into (cudaMalloc'd or managed memory), or -1 for host
+// memory (registered or not) and addresses CUDA does not know; -1 in builds without CUDA.
+int cuda_pointer_device(const void* p);
 // A readable report of every device, as `lamina device_query` prints it.
 std::string cuda_device_query();
 

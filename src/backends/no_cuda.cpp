@@ -7,6 +7,7 @@ namespace lamina {
 bool cuda_compiled() { return false; }
 bool cudnn_compiled() { return false; }
 int cuda_device_count() { return 0; }
+int cuda_pointer_device(const void* /*p*/) { return -1; }
 
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   fail("GPU ", device, " was requested, but this Lamina was built without CUDA. Train on the "

@@ -11,6 +11,7 @@
 // restored (Net::generation) or a workspace it uses moved (CapturedOps::valid).
 #include <glog/logging.h>
 
+#include "lamina/cuda_kernels.hpp"
 #include "lamina/solver.hpp"
 
 namespace lamina {
@@ -26,6 +27,10 @@ void Solver::init_replays() {
   if (blocker.empty() && debug)
     blocker = "debug_info is on (it reads every layer's values back to the host, layer by "
               "layer)";
+  // LAMINA_CHECK_KERNELS waits for each kernel of a layer defined outside Lamina.
+  if (blocker.empty() && cuda::kernel_checks())
+    blocker = "LAMINA_CHECK_KERNELS=1 is set (the kernels of layers defined outside Lamina "
+              "are waited for and checked one by one)";
   if (!blocker.empty()) {
     LOG(INFO) << "CUDA graphs off: " << blocker << "; every operation is launched directly";
     return;

@@ -10,10 +10,18 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <string>
+
 namespace lamina::cuda_detail {
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file,
                                    int line);
+// Whether the status is one after which the CUDA context cannot be used again (a kernel
+// failed while it ran: an illegal address, an assertion).
+bool is_sticky(cudaError_t status);
+// For the message of such an error: the kernels of layers defined outside Lamina that were
+// launched last, which may be the one that failed (user_kernels.cpp); empty when none were.
+std::string user_kernels_note();
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
                                      int line);
 

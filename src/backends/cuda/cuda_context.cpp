@@ -27,6 +27,8 @@ std::atomic<int64_t> g_conv_algorithm_searches{0};
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
+}  // namespace
+
 // Errors after which the CUDA context cannot be used again.
 bool is_sticky(cudaError_t status) {
   switch (status) {
@@ -46,14 +48,13 @@ bool is_sticky(cudaError_t status) {
   }
 }
 
-}  // namespace
-
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
   cudaGetLastError();  // a recoverable error must not resurface at the next launch check
   std::ostringstream hint;
   if (is_sticky(status)) {
     hint << " A kernel failed and the GPU context is unusable; restart the process. Rerun "
             "with CUDA_LAUNCH_BLOCKING=1 to report the failing kernel at its launch.";
+    hint << user_kernels_note();
   } else if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver) {
     hint << " Check the driver with nvidia-smi, or train on the CPU (backend \"cpu\").";
   }
@@ -62,8 +63,10 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  // A kernel that failed earlier (an illegal address) makes cuBLAS's next call fail so.
   fail("cuBLAS error: ", call, " returned ", cublasGetStatusName(status), " (",
-       cublasGetStatusString(status), ") at ", file, ":", line, ".");
+       cublasGetStatusString(status), ") at ", file, ":", line, ".",
+       status == CUBLAS_STATUS_EXECUTION_FAILED ? user_kernels_note() : std::string());
 }
 
 CudaContext& CudaContext::get(int device) {
