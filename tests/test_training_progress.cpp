@@ -1,13 +1,16 @@
 // The training progress line (training_progress.hpp): its fields and widths, durations, the
-// rate and ETA on a fake clock, how often the bar is redrawn, lines printed above it, and the
-// log mode's plain lines without control characters.
+// rate and ETA on a fake clock, how often the bar is redrawn, lines printed above it, the
+// log mode's plain lines without control characters, and that watching training (the line
+// and a metrics file) adds no transfer or synchronisation on a device.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 
+#include "forwarding_backend.hpp"
 #include "lamina/io.hpp"
+#include "lamina/metrics_log.hpp"
 #include "lamina/native_backend.hpp"
 #include "lamina/solver.hpp"
 #include "lamina/training_progress.hpp"
@@ -198,6 +201,61 @@ TEST(ProgressDisplay, AutoIsPlainLinesWhereTheStreamIsNoTerminal) {
   EXPECT_EQ(parse_progress_mode("bar", "--progress"), ProgressMode::kBar);
   EXPECT_THAT(error_of([] { parse_progress_mode("fancy", "--progress"); }),
               HasSubstr("--progress must be auto, bar, log or none; got 'fancy'"));
+}
+
+// A NativeBackend posing as a device (the solver reads the loss only at display iterations),
+// counting its transfers and synchronisations.
+class CountingDevice final : public testing::CountingBackend {
+ public:
+  bool is_host() const override { return false; }
+  void synchronize() override {
+    ++synchronizations;
+    CountingBackend::synchronize();
+  }
+  int64_t synchronizations = 0;
+};
+
+TEST(ProgressDisplay, WatchingTrainingAddsNoTransferOrSynchronisation) {
+  const std::string settings =
+      "base_lr: 0.1 display: 10 max_iter: 40 test_iter: 2 test_interval: 15 random_seed: 1";
+  auto train = [&](bool watched) {
+    CountingDevice device;
+    Solver solver(parse_solver_parameter(settings, "solver.prototxt"),
+                  parse_net_parameter(testing::kSmallMlp, "net.prototxt"), device);
+    testing::TempDir dir;
+    FILE* out = std::tmpfile();
+    std::unique_ptr<ProgressDisplay> display;
+    std::unique_ptr<MetricsLog> metrics;
+    if (watched) {
+      ProgressOptions options;
+      options.mode = ProgressMode::kBar;
+      options.stream = out;
+      options.redraw_seconds = 0;  // every iteration
+      options.samples_per_iteration = 8;
+      display = std::make_unique<ProgressDisplay>(solver, options);
+      metrics = std::make_unique<MetricsLog>(dir / "run.csv", solver, MetricsOptions{0, 8, {}});
+      solver.add_observer(*display);
+      solver.add_observer(*metrics);
+    }
+    const testing::CountingBackend::Transfers before = device.transfers();
+    const int64_t synchronizations = device.synchronizations;
+    solver.step(40);
+    const std::vector<int64_t> counts = {device.transfers().to_host - before.to_host,
+                                         device.transfers().bytes - before.bytes,
+                                         device.synchronizations - synchronizations};
+    if (watched) {
+      EXPECT_EQ(read_metrics(dir / "run.csv").size(), 4u + 3u);  // displays 0-30, tests 15, 30
+      EXPECT_NE(contents(out).find("iter 40/40 100%"), std::string::npos);
+      solver.remove_observer(*display);
+      solver.remove_observer(*metrics);
+      display->finish();
+    }
+    std::fclose(out);
+    return counts;
+  };
+  const std::vector<int64_t> alone = train(false);
+  EXPECT_GT(alone[0], 0);  // the display's reads of the loss, the tests' of their outputs
+  EXPECT_EQ(train(true), alone);
 }
 
 }  // namespace

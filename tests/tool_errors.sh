@@ -215,6 +215,13 @@ expect_error "--metrics over another run's file" "'$tmp/seen.csv' already holds 
 forbid="iter 1/2"
 expect_success "train --progress none" "Training on native" \
   "$lamina" train --solver "$seen_solver" --progress none
+# The final test results are those at the last iteration, 3, not the test at 2 repeated.
+final_solver=$(solver_file final "" "max_iter: 3" "test_iter: 1" "test_interval: 2" "display: 1")
+sed -i '/^max_iter: 2$/d' "$final_solver"
+expect_success "the final test is at the last iteration" "^final test, at iteration 3:$" \
+  "$lamina" train --solver "$final_solver" --metrics "$tmp/final.jsonl" --progress none
+grep -q '^{"kind":"test","iteration":3,' "$tmp/final.jsonl" ||
+  { echo "FAIL: no test at iteration 3 in $tmp/final.jsonl"; failures=$((failures + 1)); }
 expect_success "lamina plot" "wrote $tmp/seen.svg (640x300)" \
   "$lamina" plot "$tmp/seen.csv" --output "$tmp/seen.svg" --size 640x300 --log-loss
 expect_error "lamina plot: a missing metrics file" "metrics file '$tmp/none.csv': cannot open" \

@@ -1,8 +1,12 @@
 // The lamina command-line tool: train a net from a solver prototxt (resuming from a
 // snapshot or starting from trained weights), score trained weights, time a net layer by
 // layer, convert weights to and from Caffe's .caffemodel, Caffe's data tools (convert_mnist,
-// convert_imageset, compute_image_mean), list GPUs. User mistakes print one message and exit
-// 1; a misspelt subcommand or option is named with the closest one (command_line.hpp).
+// convert_imageset, compute_image_mean), list GPUs, draw training curves and nets (plot,
+// draw_net: picture_commands.hpp). User mistakes print one message and exit 1; a misspelt
+// subcommand or option is named with the closest one (command_line.hpp).
+//
+// `train` shows its progress and writes a metrics file (--progress, --metrics:
+// train_view.hpp), and ends with each test net's results at the last iteration.
 //
 // --stage and --level choose the net's state (which layers its include/exclude rules keep),
 // as Caffe's tool's flags do: for `test` and `time` the net's, for `train` the train net's
