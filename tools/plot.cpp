@@ -51,6 +51,7 @@ struct Series {
   std::string label;
   Color color;
   bool dashed = false;
+  bool markers = false;  // a square at each point (tests: few points, each a measurement)
   std::vector<std::pair<double, double>> points;  // (x, y)
 };
 
@@ -194,6 +195,8 @@ void draw_panel(Drawing& d, const Panel& panel, const Axis& x, const std::string
       if (!std::isfinite(vy) || (panel.log && vy <= 0)) continue;
       line.points.push_back(map(vx, vy));
     }
+    for (const auto& [px_, py_] : s.markers ? line.points : decltype(line.points){})
+      d.add(Rect{px_ - 2.5, py_ - 2.5, 5, 5, s.color, true, s.color});
     d.add(line);
   }
   // The legend: a sample of each line and its name, in a box in a corner of the area.
@@ -249,8 +252,8 @@ Drawing plot_metrics(const PlotOptions& o) {
     const Run& run = runs[i];
     const Color color = kPalette[i % (sizeof kPalette / sizeof kPalette[0])];
     Series train{several ? run.label + " train" : "train loss", color};
-    Series test{several ? run.label + " test" : "test loss", color, true};
-    Series correct{several ? run.label : "", color};
+    Series test{several ? run.label + " test" : "test loss", color, true, true};
+    Series correct{several ? run.label : "", color, false, true};
     for (const MetricsRecord& r : run.records) {
       if (r.kind != "train" && r.kind != "test") continue;
       if (r.kind == "test" && r.has("net") && r.at("net") != 0) continue;
