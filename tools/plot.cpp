@@ -274,7 +274,8 @@ Drawing plot_metrics(const PlotOptions& o) {
   }
   LAMINA_REQUIRE(!loss.series.empty() || !acc.series.empty(), "no train or test records to "
                  "plot in ", o.files.size() == 1 ? "'" + o.files[0] + "'" : "the files given");
-  const Axis x = axis_over(xs, false, false);
+  Axis x = axis_over(xs, false, false);
+  if (x.lo > 0 && x.lo < 0.2 * x.hi) x.lo = 0;  // from the start, when that is near
   Drawing d(o.width, o.height);
   const double top = o.title.empty() ? 0 : 30;
   if (!o.title.empty())
