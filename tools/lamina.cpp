@@ -72,6 +72,8 @@ Effect g_effect[3] = {Effect::kStop, Effect::kStop, Effect::kSnapshot};  // INT,
 // Signals received and not yet acted on, per kind.
 std::atomic<int> g_pending[3];
 std::atomic<bool> g_stop_pending{false};
+// A status line is drawn on stderr (--progress bar): a signal's message erases it first.
+std::atomic<bool> g_status_line{false};
 static_assert(std::atomic<int>::is_always_lock_free, "signal handlers need lock-free atomics");
 
 int signal_index(int sig) { return sig == SIGINT ? 0 : sig == SIGTERM ? 1 : 2; }
@@ -83,6 +85,7 @@ void write_stderr(const char* text) {
 
 extern "C" void on_signal(int sig) {
   const int i = signal_index(sig);
+  if (g_status_line) write_stderr("\r\033[K");
   if (g_effect[i] == Effect::kStop) {
     if (g_stop_pending.exchange(true)) {  // the second request: quit at once
       write_stderr("lamina: second stop signal; exiting without waiting for the snapshot\n");
@@ -266,12 +269,14 @@ int train(const TrainOptions& o, int argc, char** argv) {
   install_signal_handlers(sigint, sigterm, sighup);
   solver->set_action_source(pending_action);
   lamina::cli::TrainView view(*solver, o.progress, o.metrics, speaks);
+  g_status_line = view.draws_status_line();
   solver->solve();
   // Each test net's results at the last iteration (tested now when its last test was earlier).
   const std::vector<lamina::TestResult> final_tests =
       solver->stopped_early() ? std::vector<lamina::TestResult>{}
                               : lamina::cli::final_test_results(*solver);
   view.finish();
+  g_status_line = false;
   if (!speaks) return 0;
   if (solver->stopped_early()) {
     std::cout << "stopped at iteration " << solver->iter();

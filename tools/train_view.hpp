@@ -31,6 +31,8 @@ class TrainView {
   TrainView& operator=(const TrainView&) = delete;
   // Ends the status line; the metrics file stays open until the view is destroyed.
   void finish();
+  // Whether a status line is redrawn in place on stderr (--progress bar, or auto there).
+  bool draws_status_line() const { return display_ && display_->mode() == ProgressMode::kBar; }
 
  private:
   Solver& solver_;
