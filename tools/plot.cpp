@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <limits>
 
 #include "lamina/common.hpp"
 #include "lamina/metrics_log.hpp"
@@ -195,8 +194,9 @@ void draw_panel(Drawing& d, const Panel& panel, const Axis& x, const std::string
       if (!std::isfinite(vy) || (panel.log && vy <= 0)) continue;
       line.points.push_back(map(vx, vy));
     }
-    for (const auto& [px_, py_] : s.markers ? line.points : decltype(line.points){})
-      d.add(Rect{px_ - 2.5, py_ - 2.5, 5, 5, s.color, true, s.color});
+    if (s.markers)
+      for (const auto& [mx, my] : line.points)
+        d.add(Rect{mx - 2.5, my - 2.5, 5, 5, s.color, true, s.color});
     d.add(line);
   }
   // The legend: a sample of each line and its name, in a box in a corner of the area.
