@@ -215,6 +215,15 @@ expect_error "--metrics over another run's file" "'$tmp/seen.csv' already holds 
 forbid="iter 1/2"
 expect_success "train --progress none" "Training on native" \
   "$lamina" train --solver "$seen_solver" --progress none
+# A run resumed from a snapshot appends to its metrics file, marking where it resumed.
+resume_solver=$(solver_file resumed "" "display: 1" "snapshot: 1")
+expect_success "train --metrics, snapshotting" "Training on native" \
+  "$lamina" train --solver "$resume_solver" --metrics "$tmp/resumed.csv" --progress none
+expect_success "train --snapshot --metrics appends" "Training on native" \
+  "$lamina" train --solver "$resume_solver" --snapshot "$tmp/resumed_iter_1.solverstate" \
+  --metrics "$tmp/resumed.csv" --progress none
+[ "$(grep -c '^train,' "$tmp/resumed.csv")" -eq 3 ] && grep -q '^resume,1,' "$tmp/resumed.csv" ||
+  { echo "FAIL: the resumed run did not append"; cat "$tmp/resumed.csv"; failures=$((failures + 1)); }
 # The final test results are those at the last iteration, 3, not the test at 2 repeated.
 final_solver=$(solver_file final "" "max_iter: 3" "test_iter: 1" "test_interval: 2" "display: 1")
 sed -i '/^max_iter: 2$/d' "$final_solver"
