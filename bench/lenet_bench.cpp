@@ -8,7 +8,8 @@
 // of an iteration), with the rate the convolutions reach in GFLOP/s. With --lmdb it also
 // times the same epochs reading the training set through a Data layer from an LMDB (made
 // from the IDX files by convert_mnist when missing) and prints the ratio to MnistData's.
-//   lenet_bench [--batch-sizes 64,256] [--epochs 3] [--gpu N] [--lmdb PATH]
+// --layer-table prints lamina time's per-layer table for each batch size.
+//   lenet_bench [--batch-sizes 64,256] [--epochs 3] [--gpu N] [--lmdb PATH] [--layer-table]
 #include <CLI/CLI.hpp>
 #include <glog/logging.h>
 
@@ -20,11 +21,9 @@
 
 #include "bench_util.hpp"
 #include "lamina/data_tools.hpp"
+#include "lamina/layer_timing.hpp"
 
 namespace {
-
-using lamina::bench::Clock;
-using lamina::bench::seconds_since;
 
 // Multiply-add FLOPs of LeNet's two convolutions in one training iteration at batch n:
 // forward and the filter gradient for both, the input gradient for conv2 only (the data
@@ -35,37 +34,12 @@ double conv_flops(int n) {
   return 2 * conv1 + 3 * conv2;
 }
 
-struct LayerTimes {
-  double conv_ms = 0;    // Convolution layers, forward + backward, per iteration
-  double layers_ms = 0;  // every layer, forward + backward, per iteration
-};
-
-// Per-layer forward and backward times, synchronizing after each layer (lamina time's method).
-LayerTimes time_layers(lamina::Net& net, lamina::Backend& backend, int iterations) {
-  LayerTimes t;
-  const int n = net.num_layers();
-  net.refresh_half_weights();  // forward_layer reads the weights' 16-bit copy as it is
-  for (int it = 0; it < iterations; ++it) {
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int k = 0; k < n; ++k) {
-        const int i = pass == 0 ? k : n - 1 - k;  // forward in order, backward in reverse
-        const auto start = Clock::now();
-        if (pass == 0) {
-          net.forward_layer(i);
-        } else {
-          net.backward_layer(i);
-        }
-        backend.synchronize();
-        const double ms = 1e3 * seconds_since(start);
-        t.layers_ms += ms;
-        if (net.layer(i).type() == "Convolution") t.conv_ms += ms;
-      }
-    }
-    net.arena().zero_diff();
-  }
-  t.conv_ms /= iterations;
-  t.layers_ms /= iterations;
-  return t;
+// The Convolution layers' forward + backward milliseconds per iteration.
+double conv_ms(lamina::Net& net, const lamina::LayerTiming& t) {
+  double ms = 0;
+  for (int i = 0; i < net.num_layers(); ++i)
+    if (net.layer(i).type() == "Convolution") ms += t.forward_ms[size_t(i)] + t.backward_ms[size_t(i)];
+  return ms;
 }
 
 // Replaces the TRAIN MnistData layer by a Data layer over the LMDB at `db`, with the same
@@ -101,6 +75,9 @@ int main(int argc, char** argv) {
   app.add_option("--layer-iterations", layer_iterations,
                  "Iterations timed layer by layer for the convolutions' share")
       ->capture_default_str();
+  bool layer_table = false;
+  app.add_flag("--layer-table", layer_table, "Also print lamina time's table of each layer's "
+               "times, share and shapes for each batch size");
   std::string lmdb;
   app.add_option("--lmdb", lmdb,
                  "Also time epochs reading the training set from this LMDB (Data layer)");
@@ -124,12 +101,17 @@ int main(int argc, char** argv) {
       lamina::Solver& solver = *timing.solver;
       const double epoch = timing.epoch_seconds;
 
-      const LayerTimes t = time_layers(solver.net(), *backend, layer_iterations);
+      const lamina::LayerTiming t = lamina::time_layers(solver.net(), layer_iterations);
+      const double conv = conv_ms(solver.net(), t);
+      const double layers = t.total_forward_ms() + t.total_backward_ms();
       std::printf("%6d %8d %10.4f %12.0f %10.1f %10lld %10.3f %10.3f %10.1f%% %10.1f\n", batch,
                   m.iters_per_epoch, epoch, m.iters_per_epoch * double(batch) / epoch,
                   timing.us_per_iteration(), static_cast<long long>(timing.step_operations()),
-                  t.conv_ms, t.layers_ms,
-                  100 * t.conv_ms / t.layers_ms, conv_flops(batch) / (1e6 * t.conv_ms));
+                  conv, layers, 100 * conv / layers, conv_flops(batch) / (1e6 * conv));
+      if (layer_table) {
+        std::printf("per layer at batch %d (ms per iteration):\n%s", batch,
+                    lamina::layer_table(solver.net(), t).c_str());
+      }
       std::fflush(stdout);
     }
     if (!lmdb.empty()) {

@@ -69,7 +69,7 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
     "libprotobuf-dev, libgoogle-glog-dev, libopenblas0 | libopenblas0-pthread, liblmdb0, \
-libleveldb1d, libhdf5-103-1, libjpeg62-turbo, libpng16-16, zlib1g")
+libleveldb1d, libhdf5-103-1, libjpeg62-turbo, libpng16-16, zlib1g, libcairo2, libgvc6")
 if(LAMINA_HAVE_MPI)
   string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libopenmpi3")
 endif()

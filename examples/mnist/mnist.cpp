@@ -5,10 +5,13 @@
 //   mnist linear --epochs 5 --gpu 0
 //   mnist conv                     # LeNet, Caffe's solver, 11 epochs (10,307 iterations)
 //   mnist conv --dataset fashion   # the same net on Fashion-MNIST
+//   mnist mlp --metrics mlp.csv    # and then: lamina plot mlp.csv --output mlp.png
 //
 // The flags override the values in the model's solver and net prototxt files; a value a
 // flag cannot take is an error, never replaced by the file's. An epoch is 60000 / batch full
-// batches (937 at batch 64).
+// batches (937 at batch 64). On a terminal a status line shows the epoch's progress
+// (--progress, training_progress.hpp); --metrics records each epoch's training loss and test
+// (metrics_log.hpp).
 #include <CLI/CLI.hpp>
 #include <glog/logging.h>
 
@@ -17,10 +20,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <string>
 
 #include "lamina/backend_factory.hpp"
+#include "lamina/metrics_log.hpp"
 #include "lamina/precision.hpp"
 #include "lamina/solver.hpp"
+#include "lamina/training_progress.hpp"
 #include "mnist_model.hpp"
 
 namespace {
@@ -32,6 +39,8 @@ struct Options {
   std::string gpu;  // empty: as the solver file says
   bool no_cuda_graph = false;
   std::string precision;  // empty: as the solver file says
+  std::string progress = "auto";
+  std::string metrics;  // a metrics file to write, or empty
 };
 
 // The model's prototxt files are models/<dir>/<file>_{solver,train}.prototxt.
@@ -74,7 +83,34 @@ int run(Options o) {
   if (o.no_cuda_graph) m.solver.set_cuda_graph(false);
   if (!o.precision.empty())
     m.solver.set_precision(lamina::parse_precision(o.precision, "--precision"));
+  // Observers of the trainer, destroyed after it.
+  std::unique_ptr<lamina::ProgressDisplay> display;
+  std::unique_ptr<lamina::MetricsLog> metrics;
   lamina::Solver trainer(m.solver, m.net, *backend, m.net_path);
+  const lamina::ProgressMode mode = lamina::parse_progress_mode(o.progress, "--progress");
+  if (!o.metrics.empty()) {
+    metrics = std::make_unique<lamina::MetricsLog>(
+        o.metrics, trainer, lamina::MetricsOptions{double(iters_per_epoch), double(batch), {}});
+    trainer.add_observer(*metrics);
+  }
+  if (mode != lamina::ProgressMode::kNone) {
+    lamina::ProgressOptions options;
+    options.mode = mode;
+    options.iterations_per_epoch = iters_per_epoch;
+    options.samples_per_iteration = batch;
+    options.route_glog = true;
+    display = std::make_unique<lamina::ProgressDisplay>(trainer, options);
+    trainer.add_observer(*display);
+  }
+  // A line of this program's: above the status line when there is one.
+  auto say = [&](const std::string& line) {
+    if (display) {
+      display->print(line, stdout);
+    } else {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  };
   std::printf("%s %s on %s in %s: batch %d, lr %g (%s), momentum %g, weight decay %g, "
               "seed %lld, %d epochs of %d iterations\n",
               o.dataset.c_str(), o.model.c_str(), backend->name().c_str(),
@@ -90,17 +126,22 @@ int run(Options o) {
     const float loss = trainer.take_mean_loss();  // waits for the epoch's last iteration
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (display) display->set_loss(loss);
+    if (metrics) metrics->record_train(trainer, loss, trainer.learning_rate());
     accuracy = trainer.test().value("accuracy");
-    std::printf("epoch %2d: train loss %.4f  test accuracy %.2f%%  %.0f samples/s (%.2f s)",
-                epoch, loss, 100 * accuracy, iters_per_epoch * double(batch) / seconds, seconds);
+    char line[256];
+    const int n = std::snprintf(line, sizeof line,
+                          "epoch %2d: train loss %.4f  test accuracy %.2f%%  %.0f samples/s "
+                          "(%.2f s)", epoch, loss, 100 * accuracy,
+                          iters_per_epoch * double(batch) / seconds, seconds);
     if (trainer.scales_loss()) {  // FP16
       const lamina::Solver::LossScaleState scale = trainer.loss_scale_state();
-      std::printf("  loss scale %g (%lld iterations skipped)", scale.scale,
-                  static_cast<long long>(scale.skipped));
+      std::snprintf(line + n, sizeof line - size_t(n), "  loss scale %g (%lld iterations skipped)",
+                    scale.scale, static_cast<long long>(scale.skipped));
     }
-    std::printf("\n");
-    std::fflush(stdout);
+    say(line);
   }
+  if (display) display->finish();
   std::printf("final test accuracy: %.2f%% after %d epochs (%d iterations)\n", 100 * accuracy,
               epochs, trainer.iter());
   return 0;
@@ -166,6 +207,13 @@ int main(int argc, char** argv) {
       ->type_name("INT");
   app.add_flag("--no-cuda-graph", o.no_cuda_graph,
                "Launch every operation directly instead of replaying each step as a CUDA graph");
+  app.add_option("--progress", o.progress,
+                 "auto (the default: a live status line on a terminal), bar, log or none")
+      ->check(CLI::IsMember({"auto", "bar", "log", "none"}));
+  app.add_option("--metrics", o.metrics,
+                 "Record each epoch's training loss and test accuracy in FILE (.csv or .jsonl) "
+                 "for lamina plot")
+      ->type_name("FILE");
   app.add_option("--precision", o.precision,
                  "Precision to train in: fp32, tf32, bf16 or fp16 (default: the solver's, FP32; "
                  "docs/precision.md)");

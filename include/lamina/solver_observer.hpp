@@ -11,8 +11,11 @@
 // are the job's (the loss and test outputs are averaged over the workers). Programs usually
 // observe worker 0 alone (Solver::rank() == 0).
 //
-// An exception thrown by an observer leaves step()/solve() at once, after the iteration that
-// called it has completed (its update applied); the solver stays usable.
+// An exception thrown by an observer leaves step()/solve() at once and the solver stays
+// usable, its iteration where the call left it: from on_iteration and on_snapshot, after the
+// iteration completed (its update applied); from on_display, before that iteration's update
+// (iter() is the display iteration, which the next step() runs again from the start); from
+// on_test, before the iteration the test preceded.
 #pragma once
 
 namespace lamina {
