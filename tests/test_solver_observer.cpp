@@ -34,7 +34,8 @@ const char* kNet = R"(
 struct Recorder : SolverObserver {
   std::vector<std::string> events;
   std::vector<float> display_losses, test_losses;
-  int throw_at = -1;  // on_iteration throws when the solver reaches this iteration
+  int throw_at = -1;          // on_iteration throws when the solver reaches this iteration
+  int throw_at_display = -1;  // on_display throws at this display iteration
   void on_iteration(const Solver& s) override {
     events.push_back("iteration " + std::to_string(s.iter()));
     if (s.iter() == throw_at) throw Error("stop here");
@@ -43,6 +44,7 @@ struct Recorder : SolverObserver {
     EXPECT_EQ(r.iteration, s.iter());
     events.push_back("display " + std::to_string(r.iteration) + " lr " + std::to_string(lr));
     display_losses.push_back(r.loss);
+    if (r.iteration == throw_at_display) throw Error("stop at the display");
   }
   void on_test(const Solver& s, const TestResult& result) override {
     events.push_back("test " + std::to_string(s.iter()) + " net " + std::to_string(result.net));
@@ -99,6 +101,27 @@ TEST(SolverObserver, AThrowingObserverStopsAfterItsIterationAndTrainingGoesOn) {
   solver->step(1);
   EXPECT_EQ(solver->iter(), 3);
   EXPECT_EQ(recorder.events.back(), "iteration 2");  // removed: not called again
+}
+
+// The step state advanced on the device before the display: the iteration completes, and a
+// run continued after the exception trains as one that was never interrupted.
+TEST(SolverObserver, AnExceptionAtADisplayCompletesItsIteration) {
+  NativeBackend backend;
+  testing::TempDir dir;
+  auto solver = make_solver(dir, backend);
+  Recorder recorder;
+  recorder.throw_at_display = 2;
+  solver->add_observer(recorder);
+  EXPECT_THAT(error_of([&] { solver->step(5); }), HasSubstr("stop at the display"));
+  EXPECT_EQ(solver->iter(), 3);
+  solver->step(2);
+  auto uninterrupted = make_solver(dir, backend);
+  uninterrupted->step(5);
+  ASSERT_EQ(solver->iter(), uninterrupted->iter());
+  const ParamArena& a = solver->net().arena();
+  const ParamArena& b = uninterrupted->net().arena();
+  EXPECT_EQ(a.to_host(a.data()), b.to_host(b.data()));  // bit for bit
+  EXPECT_EQ(solver->loss_history().back().loss, uninterrupted->loss_history().back().loss);
 }
 
 TEST(SolverObserver, AddingTheSameObserverTwiceIsAnError) {

@@ -12,10 +12,9 @@
 // observe worker 0 alone (Solver::rank() == 0).
 //
 // An exception thrown by an observer leaves step()/solve() at once and the solver stays
-// usable, its iteration where the call left it: from on_iteration and on_snapshot, after the
-// iteration completed (its update applied); from on_display, before that iteration's update
-// (iter() is the display iteration, which the next step() runs again from the start); from
-// on_test, before the iteration the test preceded.
+// usable: from on_iteration, on_display and on_snapshot once the iteration that called it has
+// completed (its update applied, its periodic snapshot written); from on_test before the
+// iteration the test preceded, which the next step() starts with.
 #pragma once
 
 namespace lamina {

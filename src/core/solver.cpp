@@ -9,6 +9,7 @@
 #include <climits>
 #include <cmath>
 #include <cstddef>
+#include <exception>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -267,6 +268,7 @@ void Solver::step(int iters) {
     // The operations run directly: as replay_step's recording, with the display's checks
     // between the step's passes and its update.
     Net::LayerStates states_before;
+    std::exception_ptr observer_error;  // from on_display, rethrown once the iteration is done
     if (check) states_before = net_->layer_states();  // to replay this batch in a diagnosis
     forward_backward_advance();
     if (display) join_gradient_sums();  // the dot below reads the gradients
@@ -285,13 +287,21 @@ void Solver::step(int iters) {
       const std::string scale = loss_scale_note();
       LOG(INFO) << "Iteration " << iter_ << ", loss = " << loss << ", lr = " << learning_rate()
                 << scale;
-      notify([&](SolverObserver& o) { o.on_display(*this, loss_history_.back(), learning_rate()); });
+      // An observer's exception waits for the iteration to complete: the step state on the
+      // device has advanced, so the update must follow it.
+      try {
+        notify([&](SolverObserver& o) { o.on_display(*this, loss_history_.back(), learning_rate()); });
+      } catch (...) {
+        observer_error = std::current_exception();
+      }
     }
     if (check) check_finite(states_before, display);
     apply_update();
     step_warm_ = true;
     ++iter_;
-    if (!after_iteration()) return;
+    const bool go_on = after_iteration();
+    if (observer_error) std::rethrow_exception(observer_error);
+    if (!go_on) return;
   }
 }
 
