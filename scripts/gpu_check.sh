@@ -11,7 +11,8 @@
 # LAMINA_GPU_KERNELS=1 runs the custom-kernel example's benchmark against cuBLAS and trains
 # the MNIST MLP with it beside the stock one; LAMINA_GPU_ONNX=DIR compares ONNX Runtime with
 # Lamina on the set onnx_ort_prepare wrote in DIR (docs/onnx.md). LAMINA_GPU_JOBS=N runs N
-# test binaries at a time (default 1).
+# test binaries at a time (default 1), each stopped after LAMINA_GPU_TEST_TIMEOUT seconds
+# (default 1800; exit status 124 counts as a failure).
 set -uo pipefail
 bin="$1"
 out="$2"
@@ -28,7 +29,9 @@ for t in "$bin"/test_* "$bin"/custom_layer_test "$bin"/tiled_linear_test; do
 done
 # Each binary's output in OUT_DIR/NAME.log and its exit status in OUT_DIR/NAME.rc.
 printf '%s\n' "${tests[@]}" |
-  xargs -P "${LAMINA_GPU_JOBS:-1}" -I{} sh -c 'n=$(basename "$1"); "$1" > "$2/$n.log" 2>&1; echo $? > "$2/$n.rc"' _ {} "$out"
+  xargs -P "${LAMINA_GPU_JOBS:-1}" -I{} sh -c \
+    'n=$(basename "$1"); timeout "$3" "$1" > "$2/$n.log" 2>&1; echo $? > "$2/$n.rc"' \
+    _ {} "$out" "${LAMINA_GPU_TEST_TIMEOUT:-1800}"
 
 total_pass=0 total_fail=0 total_skip=0
 for t in "${tests[@]}"; do

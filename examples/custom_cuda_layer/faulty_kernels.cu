@@ -15,7 +15,8 @@ __global__ void fill_ones(float* y, int n) {
 }  // namespace
 
 // Launches with 2048 threads per block, twice the most a block may have: the launch fails
-// (cudaErrorInvalidConfiguration), the device stays usable.
+// (cudaErrorInvalidConfiguration; CUDA 13 reports cudaErrorInvalidValue), the device stays
+// usable.
 void launch_too_many_threads(const lamina::Layer& layer, cudaStream_t stream, float* y, int n) {
   fill_ones<<<1, 2048, 0, stream>>>(y, n);
   LAMINA_KERNEL_LAUNCHED(layer, fill_ones);

@@ -7,6 +7,7 @@
 #include "handles.hpp"
 #include "lamina/backend_factory.hpp"
 #include "lamina/cuda.hpp"
+#include "lamina/cuda_kernels.hpp"
 
 namespace lamina::python {
 
@@ -14,6 +15,10 @@ std::shared_ptr<Backend> backend_for(const std::string& device) {
   const BackendSpec spec = parse_backend_spec(device);
   py::gil_scoped_release unlocked;  // a first CUDA context takes a while
   return make_backend(spec);
+}
+
+std::string device_string(const Backend& backend) {
+  return cuda::is_cuda(backend) ? "cuda:" + std::to_string(cuda::device(backend)) : "cpu";
 }
 
 void add_devices(py::module_& m) {

@@ -54,6 +54,8 @@ void add_weights(py::module_& m);  // weights.cpp
 
 // The backend a device spec names ("cpu", "cuda", "cuda:N"; backend_factory.hpp).
 std::shared_ptr<Backend> backend_for(const std::string& device);
+// A backend's device as a spec names it: "cpu" or "cuda:N".
+std::string device_string(const Backend& backend);
 // The Python Net of a solver's net: no copy, kept alive with the solver.
 py::object solver_net(std::shared_ptr<Backend> backend, Net& net, py::object solver);
 

@@ -169,7 +169,7 @@ std::vector<std::string> input_names(Net& net) {
 py::object solver_net(std::shared_ptr<Backend> backend, Net& net, py::object solver) {
   auto handle = std::make_shared<NetHandle>();
   handle->backend = std::move(backend);
-  handle->device = handle->backend->is_host() ? "cpu" : handle->backend->name();
+  handle->device = device_string(*handle->backend);
   handle->net = &net;
   handle->owner = std::move(solver);
   return py::cast(handle);

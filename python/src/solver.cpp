@@ -153,7 +153,7 @@ SolverRef make_solver(const std::string& path, const std::optional<std::string>&
       handle->solver->protect_file(*weights);
     }
   }
-  handle->device = handle->backend->is_host() ? "cpu" : handle->backend->name();
+  handle->device = device_string(*handle->backend);
   handle->solver->set_action_source([observer = &handle->observer] { return observer->poll_signals(); });
   return handle;
 }

@@ -84,10 +84,11 @@ def test_an_exception_in_a_callback_stops_training_and_propagates(solver, point,
     assert caught.value is raised
     # on_iteration runs after its iteration (solver.iter counts it); an exception at a display
     # point waits for that iteration to complete; a test point comes before its iteration.
-    assert solver.iter == stop_at + (1 if point == "on_display" else 0)
+    stopped = stop_at + (1 if point == "on_display" else 0)
+    assert solver.iter == stopped
     setattr(solver, point, None)
     solver.step(5)  # the solver trains on
-    assert solver.iter == stop_at + 5
+    assert solver.iter == stopped + 5
 
 
 def test_callbacks_must_be_callable(solver):
