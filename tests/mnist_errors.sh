@@ -67,5 +67,8 @@ expect_success "--metrics records each epoch" "final test accuracy" \
   run --batch-size 100 --metrics "$tmp/run.jsonl" --progress none
 grep -q '^{"kind":"test","iteration":2,"epoch":1,' "$tmp/run.jsonl" ||
   { echo "FAIL: the metrics file lacks the epoch's test"; cat "$tmp/run.jsonl"; failures=$((failures + 1)); }
+rm -f "$tmp/run.jsonl"
+expect_success "--progress log prints a status line each epoch" "iter 2/2 100% | epoch 1.00 | loss" \
+  run --batch-size 100 --progress log
 
 report

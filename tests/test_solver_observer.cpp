@@ -124,6 +124,47 @@ TEST(SolverObserver, AnExceptionAtADisplayCompletesItsIteration) {
   EXPECT_EQ(solver->loss_history().back().loss, uninterrupted->loss_history().back().loss);
 }
 
+// The iteration completes before the exception leaves: its periodic snapshot is written.
+TEST(SolverObserver, AnExceptionAtASnapshotIterationKeepsTheSnapshot) {
+  NativeBackend backend;
+  testing::TempDir dir;
+  auto solver = make_solver(dir, backend);
+  Recorder recorder;
+  recorder.throw_at = 4;  // snapshot: 4
+  solver->add_observer(recorder);
+  EXPECT_THAT(error_of([&] { solver->step(5); }), HasSubstr("stop here"));
+  EXPECT_EQ(solver->iter(), 4);
+  EXPECT_EQ(recorder.events.back(), "snapshot 4");
+  EXPECT_TRUE(std::filesystem::exists(dir / "observed_iter_4.solverstate"));
+}
+
+// An observer that removes itself while called; the others are still called, in order.
+struct Leaver : SolverObserver {
+  Solver* solver = nullptr;
+  int calls = 0;
+  void on_iteration(const Solver&) override {
+    if (++calls == 2) solver->remove_observer(*this);
+  }
+};
+
+TEST(SolverObserver, AnObserverMayRemoveItselfWhileCalled) {
+  NativeBackend backend;
+  testing::TempDir dir;
+  auto solver = make_solver(dir, backend);
+  Leaver leaver;
+  leaver.solver = solver.get();
+  Recorder recorder;
+  solver->add_observer(leaver);
+  solver->add_observer(recorder);
+  solver->step(3);
+  EXPECT_EQ(leaver.calls, 2);
+  const std::vector<std::string> iterations = {"iteration 1", "iteration 2", "iteration 3"};
+  std::vector<std::string> seen;
+  for (const std::string& e : recorder.events)
+    if (e.rfind("iteration", 0) == 0) seen.push_back(e);
+  EXPECT_EQ(seen, iterations);
+}
+
 TEST(SolverObserver, AddingTheSameObserverTwiceIsAnError) {
   NativeBackend backend;
   testing::TempDir dir;

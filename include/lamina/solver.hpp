@@ -25,6 +25,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -158,6 +159,7 @@ class Solver {
 
   // Observers (solver_observer.hpp), called in the order added. The solver does not own
   // them: each must outlive the solver or be removed first. Adding one twice is an Error.
+  // An observer may add or remove observers (itself too) while it is called.
   void add_observer(SolverObserver& observer);
   void remove_observer(SolverObserver& observer);
 
@@ -206,7 +208,9 @@ class Solver {
   bool replay(Net& net, int passes, const char* what, std::unique_ptr<CapturedOps>& graph,
               int64_t& generation, const std::function<void()>& ops);
   // Snapshots and actions after an iteration; false when an action stopped training.
+  // Then rethrows an observer's exception of this iteration (observer_error_).
   bool after_iteration();
+  bool snapshot_and_act();  // after_iteration's work: on_iteration, snapshots, actions
   float smoothed_loss();
   // Copies the loss ring and its check slot to ring_host_ (one copy).
   void read_ring();
@@ -221,6 +225,7 @@ class Solver {
   // whether the snapshot is on disk; when not, snapshot_error_ says why.
   bool snapshot_as_configured(const char* why);
   bool write_snapshot_as_configured(const char* why);  // its part on worker 0
+  SnapshotPaths write_snapshot();  // snapshot() but for telling the observers
   // "; the last snapshot on disk is 'P' (iteration N)", or "; no snapshot is on disk".
   std::string last_snapshot_note() const;
   // Refuses, before training, a run whose snapshots would overwrite a protected file.
@@ -322,12 +327,35 @@ class Solver {
   std::chrono::steady_clock::time_point rate_reference_time_;
   bool rate_warned_ = false;
   std::function<SolverAction()> action_source_;
+  // Observers; an observer removed during a call is null until the outermost call returns.
   std::vector<SolverObserver*> observers_;
-  // Calls f(observer) for each observer.
+  int notifying_ = 0;  // calls of notify in progress
+  // The first exception an observer threw within an iteration, rethrown once the iteration
+  // is complete (its update applied, snapshot written, actions taken): after_iteration.
+  std::exception_ptr observer_error_;
+  // Calls f(observer) for each observer, those added meanwhile included (no allocation).
   template <typename F>
-  void notify(F&& f) const {
-    for (SolverObserver* observer : observers_) f(*observer);
+  void notify(F&& f) {
+    struct Leave {
+      Solver& solver;
+      ~Leave() {
+        if (--solver.notifying_ == 0) solver.drop_removed_observers();
+      }
+    } leave{*this};
+    ++notifying_;
+    for (size_t i = 0; i < observers_.size(); ++i)
+      if (observers_[i]) f(*observers_[i]);
   }
+  // notify, keeping the first exception in observer_error_ instead of throwing it.
+  template <typename F>
+  void notify_deferred(F&& f) {
+    try {
+      notify(f);
+    } catch (...) {
+      if (!observer_error_) observer_error_ = std::current_exception();
+    }
+  }
+  void drop_removed_observers();
   bool stopped_early_ = false;
   bool stop_snapshot_saved_ = true;  // false: a stop asked for a snapshot that failed
   bool graphs_ = false;     // replays_steps()

@@ -8,13 +8,15 @@
 // line shows; on_test after each test net's test; on_snapshot after a snapshot is written.
 //
 // In a data-parallel job every worker's solver calls its own observers; the values passed
-// are the job's (the loss and test outputs are averaged over the workers). Programs usually
-// observe worker 0 alone (Solver::rank() == 0).
+// are the job's (the loss and test outputs are averaged over the workers). on_snapshot is
+// called on worker 0 alone, which writes the job's snapshots. Programs usually observe
+// worker 0 alone (Solver::rank() == 0).
 //
-// An exception thrown by an observer leaves step()/solve() at once and the solver stays
-// usable: from on_iteration, on_display and on_snapshot once the iteration that called it has
-// completed (its update applied, its periodic snapshot written); from on_test before the
-// iteration the test preceded, which the next step() starts with.
+// An observer may add or remove observers, itself included, while it is called. An exception
+// it throws leaves step()/solve() and the solver stays usable: from on_iteration, on_display
+// and on_snapshot once the iteration that called it is complete (its update applied, its
+// periodic snapshot written, its actions taken; the first such exception is rethrown), from
+// on_test at once, before the iteration the test preceded, which the next step() starts with.
 #pragma once
 
 namespace lamina {

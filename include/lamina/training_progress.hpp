@@ -108,7 +108,8 @@ class ProgressDisplay : public SolverObserver {
   void on_iteration(const Solver& solver) override;
   void on_display(const Solver& solver, const LossRecord& record, float learning_rate) override;
 
-  // A loss to show, from a program that reads its own (mnist's per-epoch mean).
+  // A loss to show, from a program that reads its own (mnist's per-epoch mean); in log mode
+  // it prints a line, as a display iteration does.
   void set_loss(double loss);
   // Prints `line` (no newline) to `out` (default: the display's stream): in bar mode above
   // the status line, which is drawn again below it.
@@ -122,6 +123,7 @@ class ProgressDisplay : public SolverObserver {
  private:
   class GlogRoute;
   void redraw(int64_t iteration);  // bar mode
+  void log_line(int64_t iteration);  // log mode: the status as one plain line
   double now() const { return clock_(); }
 
   ProgressMode mode_;

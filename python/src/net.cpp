@@ -116,6 +116,9 @@ py::dict forward(const NetRef& n, const py::kwargs& inputs) {
   }
   {
     py::gil_scoped_release unlocked;
+    // A solver's net leaves its 16-bit weights to the update; here Python may have written
+    // the weights since (nothing is done when no layer runs in 16 bits).
+    if (!n->owned) net.refresh_half_weights();
     net.forward();
   }
   return outputs_of(net);

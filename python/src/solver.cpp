@@ -5,6 +5,7 @@
 // exception raised by a callback (or KeyboardInterrupt, checked once per iteration) stops
 // training: the observer keeps the exception, throws CallbackRaised through the solver, and
 // the binding raises the kept exception once the solver has unwound.
+#include <chrono>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -64,7 +65,12 @@ class PythonObserver : public SolverObserver {
   }
 
   // Polled by the solver once per iteration: Ctrl-C stops training as a raised callback does.
+  // Python is asked at most every 100 ms (taking the GIL each iteration would make training
+  // wait for any other Python thread), and not once a callback has raised.
   SolverAction poll_signals() {
+    const auto now = std::chrono::steady_clock::now();
+    if (raised || now - last_poll_ < std::chrono::milliseconds(100)) return SolverAction::kNone;
+    last_poll_ = now;
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() == 0) return SolverAction::kNone;
     raised = std::make_unique<py::error_already_set>();
@@ -80,9 +86,12 @@ class PythonObserver : public SolverObserver {
   }
 
  private:
+  std::chrono::steady_clock::time_point last_poll_{};
   template <class Arguments>
   void call(const py::object& callback, Arguments arguments) {
-    if (callback.is_none()) return;  // a pointer comparison: no GIL needed
+    // A pointer comparison: no GIL needed. After one callback raised, the iteration completes
+    // without calling Python again, and that exception is the one Python sees.
+    if (callback.is_none() || raised) return;
     py::gil_scoped_acquire gil;
     try {
       callback(*arguments());

@@ -293,12 +293,18 @@ MetricsLog::MetricsLog(const std::string& path, Solver& solver, MetricsOptions o
   }
   start_s_ = last_s_ = options_.clock();
   last_iteration_ = solver.iter();
-  if (exists) {
-    MetricsRecord resume{"resume", {{"iteration", double(solver.iter())}}};
-    resume.values["wall_s"] = wall_offset_s_;
-    write(resume);
+  try {
+    if (exists) {
+      MetricsRecord resume{"resume", {{"iteration", double(solver.iter())}}};
+      resume.values["wall_s"] = wall_offset_s_;
+      write(resume);
+    }
+    std::fflush(file_);
+  } catch (...) {
+    std::fclose(file_);  // the destructor does not run for a constructor that throws
+    file_ = nullptr;
+    throw;
   }
-  std::fflush(file_);
 }
 
 MetricsLog::~MetricsLog() {

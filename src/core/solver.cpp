@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <utility>
 #include <sstream>
 
 #include "lamina/communicator.hpp"
@@ -231,6 +232,7 @@ void Solver::solve() {
   }
   const bool saved =
       prefix.empty() || !param_.snapshot_after_train() || snapshot_as_configured("end of training");
+  if (observer_error_) std::rethrow_exception(std::exchange(observer_error_, nullptr));
   if (!test_nets_.empty() && param_.test_interval() > 0 && iter_ % param_.test_interval() == 0)
     test_all_updated_weights();
   // Trained to the end but not saved: the caller (and the tool's exit status) must know.
@@ -245,6 +247,7 @@ void Solver::step(int iters) {
   stopped_early_ = false;
   net_->refresh_half_weights();  // weights written since the last update (a restore, a load)
   for (int k = 0; k < iters; ++k) {
+    observer_error_ = nullptr;  // one left by an iteration that failed is not this one's
     // A restored state may sit at the last iteration an int counts (found by fuzz_solverstate).
     LAMINA_REQUIRE(iter_ < INT_MAX, "iteration ", iter_, " is the last one Lamina counts; "
                    "the solver cannot train further");
@@ -268,7 +271,6 @@ void Solver::step(int iters) {
     // The operations run directly: as replay_step's recording, with the display's checks
     // between the step's passes and its update.
     Net::LayerStates states_before;
-    std::exception_ptr observer_error;  // from on_display, rethrown once the iteration is done
     if (check) states_before = net_->layer_states();  // to replay this batch in a diagnosis
     forward_backward_advance();
     if (display) join_gradient_sums();  // the dot below reads the gradients
@@ -289,24 +291,31 @@ void Solver::step(int iters) {
                 << scale;
       // An observer's exception waits for the iteration to complete: the step state on the
       // device has advanced, so the update must follow it.
-      try {
-        notify([&](SolverObserver& o) { o.on_display(*this, loss_history_.back(), learning_rate()); });
-      } catch (...) {
-        observer_error = std::current_exception();
-      }
+      notify_deferred([&](SolverObserver& o) {
+        o.on_display(*this, loss_history_.back(), learning_rate());
+      });
     }
     if (check) check_finite(states_before, display);
     apply_update();
     step_warm_ = true;
     ++iter_;
-    const bool go_on = after_iteration();
-    if (observer_error) std::rethrow_exception(observer_error);
-    if (!go_on) return;
+    if (!after_iteration()) return;
   }
 }
 
 bool Solver::after_iteration() {
-  notify([&](SolverObserver& o) { o.on_iteration(*this); });
+  try {
+    const bool go_on = snapshot_and_act();
+    if (observer_error_) std::rethrow_exception(std::exchange(observer_error_, nullptr));
+    return go_on;
+  } catch (...) {
+    observer_error_ = nullptr;  // a failure of the iteration's own wins over an observer's
+    throw;
+  }
+}
+
+bool Solver::snapshot_and_act() {
+  notify_deferred([&](SolverObserver& o) { o.on_iteration(*this); });
   if (param_.snapshot() > 0 && iter_ % param_.snapshot() == 0) snapshot_as_configured("periodic");
   if (!action_source_) return true;
   const SolverAction action = agree_on_action(action_source_());
@@ -494,7 +503,12 @@ void Solver::add_observer(SolverObserver& observer) {
 }
 
 void Solver::remove_observer(SolverObserver& observer) {
-  observers_.erase(std::remove(observers_.begin(), observers_.end(), &observer), observers_.end());
+  std::replace(observers_.begin(), observers_.end(), &observer, static_cast<SolverObserver*>(nullptr));
+  if (notifying_ == 0) drop_removed_observers();
+}
+
+void Solver::drop_removed_observers() {
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), nullptr), observers_.end());
 }
 
 std::vector<TestResult> Solver::test_all() {

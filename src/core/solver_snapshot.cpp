@@ -96,9 +96,9 @@ bool Solver::snapshot_as_configured(const char* why) {
 }
 
 bool Solver::write_snapshot_as_configured(const char* why) {
+  SnapshotPaths paths;
   try {
-    snapshot();
-    return true;
+    paths = write_snapshot();
   } catch (const NonFiniteError& e) {
     if (param_.nonfinite() == SolverParameter::STOP && !nonfinite_seen_) {
       // The last update made a weight non-finite. Say where the values go bad with these
@@ -126,10 +126,20 @@ bool Solver::write_snapshot_as_configured(const char* why) {
                << "); training goes on (snapshot_failure: CONTINUE)";
     snapshot_error_ = e.what();
   }
-  return false;
+  if (paths.empty()) return false;
+  // Outside the try: an observer's failure is not the snapshot's. It is rethrown once the
+  // iteration (or solve) is complete.
+  notify_deferred([&](SolverObserver& o) { o.on_snapshot(*this, paths); });
+  return true;
 }
 
 SnapshotPaths Solver::snapshot() {
+  const SnapshotPaths paths = write_snapshot();
+  notify([&](SolverObserver& o) { o.on_snapshot(*this, paths); });
+  return paths;
+}
+
+SnapshotPaths Solver::write_snapshot() {
   const auto start = std::chrono::steady_clock::now();
   const std::string& prefix = param_.snapshot_prefix();
   LAMINA_REQUIRE(!prefix.empty(), "cannot write a snapshot: snapshot_prefix is not set");
@@ -199,7 +209,6 @@ SnapshotPaths Solver::snapshot() {
   const double ms = std::chrono::duration<double, std::milli>(end - start).count();
   LOG(INFO) << "Snapshot at iteration " << iter_ << ": " << paths.weights << ", " << paths.state
             << " (" << ms << " ms)";
-  notify([&](SolverObserver& o) { o.on_snapshot(*this, paths); });
   return paths;
 }
 

@@ -221,14 +221,20 @@ void ProgressDisplay::on_display(const Solver& solver, const LossRecord& record,
                                  float learning_rate) {
   loss_ = record.loss;
   learning_rate_ = learning_rate;
-  if (mode_ != ProgressMode::kLog) return;
-  const std::string line = format_progress(status(solver.iter()), 0);
+  if (mode_ == ProgressMode::kLog) log_line(solver.iter());
+}
+
+void ProgressDisplay::set_loss(double loss) {
+  loss_ = loss;
+  if (mode_ == ProgressMode::kLog) log_line(last_iteration_);
+}
+
+void ProgressDisplay::log_line(int64_t iteration) {
+  const std::string line = format_progress(status(iteration), 0);
   std::lock_guard<std::mutex> lock(mutex_);
   std::fprintf(stream_, "%s\n", line.c_str());
   std::fflush(stream_);
 }
-
-void ProgressDisplay::set_loss(double loss) { loss_ = loss; }
 
 void ProgressDisplay::redraw(int64_t iteration) {
   const std::string line = format_progress(status(iteration), width_() - 1);

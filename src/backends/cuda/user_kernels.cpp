@@ -7,10 +7,12 @@
 // layer's first, in stream()). Without it, the kernels checked last are remembered (a few,
 // each once) so that the error's message names them (user_kernels_note, which
 // throw_cuda_error adds to the message of an error that leaves the device unusable).
+#include <algorithm>
+#include <array>
+#include <cstdio>
 #include <mutex>
 #include <sstream>
 #include <string>
-#include <vector>
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/cuda/cuda_check.hpp"
@@ -38,40 +40,51 @@ std::string label(const Layer& layer) {
   return "layer '" + layer.name() + "' (" + layer.type() + ")";
 }
 
-// The kernels launched last, most recent last, each once.
+// The kernels launched last, most recent last, each once. add() runs at every checked launch,
+// inside the training step: it compares pointers and, for a launch not among the kept ones,
+// formats into fixed buffers; it never allocates.
 class RecentKernels {
  public:
   void add(const Layer& layer, const char* kernel) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!entries_.empty() && entries_.back().layer == &layer &&
-        entries_.back().kernel == kernel && entries_.back().name == layer.name())
-      return;  // the common case: the same launch again
-    const std::string text = label(layer) + ": " + kernel;
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      if (entries_[i].text != text) continue;
-      entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
-      break;
+    size_t found = count_;
+    // The layer's name too: a later layer may be built at a destroyed one's address.
+    for (size_t i = 0; i < count_ && found == count_; ++i)
+      if (entries_[i].layer == &layer && entries_[i].kernel == kernel &&
+          layer.name() == entries_[i].name)
+        found = i;
+    if (found == count_) {
+      if (count_ == kKept) found = 0;  // the oldest goes
+      else found = count_++;
+      Entry& e = entries_[found];
+      e.layer = &layer;
+      e.kernel = kernel;
+      std::snprintf(e.name, sizeof e.name, "%s", layer.name().c_str());
+      std::snprintf(e.text, sizeof e.text, "layer '%s' (%s): %s", layer.name().c_str(),
+                    layer.type().c_str(), kernel);
     }
-    if (entries_.size() == kKept) entries_.erase(entries_.begin());
-    entries_.push_back({&layer, kernel, layer.name(), text});
+    std::rotate(entries_.begin() + static_cast<std::ptrdiff_t>(found),
+                entries_.begin() + static_cast<std::ptrdiff_t>(found) + 1,
+                entries_.begin() + static_cast<std::ptrdiff_t>(count_));  // to the back
   }
   std::string list() const {
     std::lock_guard<std::mutex> lock(mutex_);
     std::string out;
-    for (const Entry& e : entries_) out += (out.empty() ? "" : "; ") + e.text;
+    for (size_t i = 0; i < count_; ++i) out += (out.empty() ? "" : "; ") + std::string(entries_[i].text);
     return out;
   }
 
  private:
   static constexpr size_t kKept = 4;
   struct Entry {
-    const Layer* layer;
-    const char* kernel;
-    std::string name;  // the layer's, with its address: a later layer may reuse it
-    std::string text;
+    const Layer* layer = nullptr;
+    const char* kernel = nullptr;
+    char name[128] = {};
+    char text[256] = {};
   };
   mutable std::mutex mutex_;
-  std::vector<Entry> entries_;
+  std::array<Entry, kKept> entries_;
+  size_t count_ = 0;
 };
 
 RecentKernels& recent_kernels() {
