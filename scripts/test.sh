@@ -16,6 +16,8 @@ fuzz_seconds="${LAMINA_FUZZ_SECONDS:-45}"
 jobs="$(nproc)"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1"
+# Libraries' own process-lifetime allocations (fontconfig's caches), not Lamina's.
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
 
 summary=()
 note() { echo "== make test: $*"; summary+=("$*"); }

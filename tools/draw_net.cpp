@@ -207,14 +207,16 @@ void write_graph(const std::string& dot, const std::string& path) {
   std::lock_guard<std::mutex> lock(g_graphviz_mutex);
   g_graphviz_errors.clear();
   agseterrf(collect_graphviz_error);
-  std::unique_ptr<GVC_t, int (*)(GVC_t*)> gvc(gvContext(), gvFreeContext);
+  // One context for the process, never freed: Graphviz keeps static state (its text-size
+  // cache) that a freed context leaves dangling, and a second context would read it.
+  static GVC_t* const gvc = gvContext();
   std::unique_ptr<Agraph_t, int (*)(Agraph_t*)> g(agmemread(dot.c_str()), agclose);
   LAMINA_REQUIRE(g, "Graphviz could not read the net's graph: ", g_graphviz_errors);
-  LAMINA_REQUIRE(gvLayout(gvc.get(), g.get(), "dot") == 0, "Graphviz could not lay out the "
+  LAMINA_REQUIRE(gvLayout(gvc, g.get(), "dot") == 0, "Graphviz could not lay out the "
                  "net: ", g_graphviz_errors, " (is Graphviz's dot plugin installed? apt-get "
                  "install graphviz)");
-  const int status = gvRenderFilename(gvc.get(), g.get(), ext.c_str() + 1, path.c_str());
-  gvFreeLayout(gvc.get(), g.get());
+  const int status = gvRenderFilename(gvc, g.get(), ext.c_str() + 1, path.c_str());
+  gvFreeLayout(gvc, g.get());
   LAMINA_REQUIRE(status == 0, "Graphviz could not write '", path, "': ",
                  g_graphviz_errors.empty() ? std::string(std::strerror(errno)) : g_graphviz_errors,
                  " (its ", ext.substr(1), " renderer comes with apt-get install graphviz; --output "
