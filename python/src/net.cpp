@@ -9,7 +9,6 @@
 
 #include "arrays.hpp"
 #include "handles.hpp"
-#include "lamina/backend_factory.hpp"
 #include "lamina/caffe_weights.hpp"
 #include "lamina/io.hpp"
 #include "lamina/net_state.hpp"
@@ -83,7 +82,7 @@ NetRef build_net(NetParameter param, const std::string& source, std::optional<st
   set_input_shapes(param, input_shapes, source);
   auto handle = std::make_shared<NetHandle>();
   handle->backend = backend_for(device);
-  handle->device = parse_backend_spec(device).str();
+  handle->device = device_string(*handle->backend);
   py::gil_scoped_release unlocked;
   handle->owned = std::make_unique<Net>(param, net_phase, *handle->backend, seed, nullptr, source);
   handle->net = handle->owned.get();
