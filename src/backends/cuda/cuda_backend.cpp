@@ -136,13 +136,10 @@ void CudaBackend::gemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t 
   on_device();
   if (m == 0 || n == 0) return;
   if (k == 0) return empty_product(m * n, beta, c);
-  if (math() == Math::kFP32) {
-    const int64_t lda = trans_a == Transpose::kNo ? k : m;
-    const int64_t ldb = trans_b == Transpose::kNo ? n : k;
-    LAMINA_CUBLAS_CHECK(cublasSgemm_64(context_.blas(), blas_op(trans_b), blas_op(trans_a), n,
-                                       m, k, &alpha, b, ldb, a, lda, &beta, c, n));
-    return;
-  }
+  // FP32 through a timed cuBLASLt plan, where Lamina's split-K kernel is a candidate too
+  // (lt_matmul.cu); cublasGemmEx where there is no candidate.
+  if (math() == Math::kFP32)
+    return lt_gemm(CUDA_R_32F, Math::kFP32, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
   tf32_gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/split_k_gemm.hpp"
 #include "lamina/common.hpp"
 #include "lamina/cuda.hpp"
 
@@ -124,6 +125,10 @@ void CudaContext::create_lane(Lane& lane) {
   lane.blas_workspace = allocate(kBlasWorkspaceBytes, "cuBLAS's workspace");
   g_workspace_bytes += static_cast<int64_t>(kBlasWorkspaceBytes);
   LAMINA_CUBLAS_CHECK(cublasSetWorkspace(lane.blas, lane.blas_workspace, kBlasWorkspaceBytes));
+  const size_t counter_bytes = sizeof(unsigned) * kSplitKCounters;
+  lane.split_k_counters =
+      static_cast<unsigned*>(allocate(counter_bytes, "the split-K product's tile counters"));
+  LAMINA_CUDA_CHECK(cudaMemset(lane.split_k_counters, 0, counter_bytes));
 }
 
 void CudaContext::release() noexcept {
@@ -142,6 +147,7 @@ void CudaContext::release() noexcept {
   for (Lane& lane : lanes_) {  // a constructor that failed has made no cuDNN handle yet
     if (lane.blas) cublasDestroy(lane.blas);
     if (lane.blas_workspace) cudaFree(lane.blas_workspace);
+    if (lane.split_k_counters) cudaFree(lane.split_k_counters);
     if (lane.stream) cudaStreamDestroy(lane.stream);
     lane = Lane();
   }

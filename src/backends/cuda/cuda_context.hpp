@@ -149,6 +149,8 @@ class CudaContext {
   // everything on a stream runs one operation at a time.
   void* blas_workspace() const { return lane().blas_workspace; }
   static constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+  // The current lane's tile counters of the split-K product (split_k_gemm.hpp), zeroed once.
+  unsigned* split_k_counters() const { return lane().split_k_counters; }
 
   // The convolution plans of this device (cuDNN descriptors and chosen algorithms by
   // ConvGeometry), created on the first call; defined in cudnn.cpp.
@@ -170,6 +172,7 @@ class CudaContext {
     cudaStream_t stream = nullptr;
     cublasHandle_t blas = nullptr;
     void* blas_workspace = nullptr;  // kBlasWorkspaceBytes
+    unsigned* split_k_counters = nullptr;  // kSplitKCounters
     cudnnContext* dnn = nullptr;     // created by dnn()
     void* workspace = nullptr;       // workspace()
     size_t workspace_bytes = 0;

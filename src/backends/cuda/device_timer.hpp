@@ -75,4 +75,44 @@ float mean_ms(cudaStream_t stream, int runs, Run run) {
   return ms;
 }
 
+// The mean milliseconds of one call of run() where `runs` calls are recorded as a CUDA graph
+// on stream and replayed (after one replay to warm up), as a training step replays them: for
+// a kernel of a few microseconds, timing launches one by one measures the launches. Where the
+// calls cannot be recorded, mean_ms.
+template <class Run>
+float graph_mean_ms(cudaStream_t stream, int runs, Run run) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  auto end_capture = [&] {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+        capturing != cudaStreamCaptureStatusNone)
+      ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess && ok;
+  };
+  try {
+    for (int r = 0; r < runs && ok; ++r) ok = run();
+  } catch (...) {  // the stream must not stay in capture
+    end_capture();
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  end_capture();
+  ok = ok && graph != nullptr && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  float ms = -1;
+  if (ok) {
+    DeviceTimer timer(stream);
+    LAMINA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    timer.start();
+    LAMINA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    ms = timer.stop() / runs;
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  if (ok) return ms;
+  cudaGetLastError();
+  return mean_ms(stream, runs, run);
+}
+
 }  // namespace lamina::cuda_detail

@@ -10,8 +10,11 @@
 // Different candidates may round differently, so the choices are kept in the solver state
 // ("gemm ..." lines, lt_choices: the candidate's index and a fingerprint of the list it is
 // in) and a resumed run takes them instead of timing again where its list is the same.
-// Where cuBLASLt offers no algorithm the plan says so and the caller runs the product
-// another way.
+// An FP32 plan of a shape Lamina's split-K kernel takes (split_k_gemm.hpp) has that kernel
+// as one more candidate after cuBLASLt's ("splitk" in the solver state). Candidates are timed
+// as a CUDA graph of a few runs, as a training step replays them: timed one launch at a time,
+// a product of a few microseconds measures its launch, not its kernels. Where there is no
+// candidate at all the plan says so and the caller runs the product another way.
 #include <cublasLt.h>
 #include <glog/logging.h>
 
@@ -26,17 +29,29 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/device_timer.hpp"
 #include "backends/cuda/lt_matmul.hpp"
+#include "backends/cuda/split_k_gemm.hpp"
 
 namespace lamina::cuda_detail {
 
 constexpr int kCandidates = 8;
+// A remembered choice (reuse_lt_choice) of the split-K kernel, whatever the count of
+// cuBLASLt's candidates before it.
+constexpr int kSplitK = -2;
 
 struct LtPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's order; empty: none
-  uint64_t list = 0;                              // fingerprint of candidates (list_of)
-  int chosen = -1;                                // into candidates; -1: not chosen yet
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's order
+  bool split_k = false;  // Lamina's kernel is the candidate after cuBLASLt's
+  uint64_t list = 0;     // fingerprint of the candidates (list_of)
+  int chosen = -1;       // into candidates, or their count for split_k; -1: not chosen yet
+  int count() const { return static_cast<int>(candidates.size()) + (split_k ? 1 : 0); }
+  bool chose_split_k() const { return split_k && chosen == static_cast<int>(candidates.size()); }
+  // The candidate a remembered choice names (an index of cuBLASLt's or kSplitK), -1 if none.
+  int index_of(int remembered) const {
+    if (remembered == kSplitK) return split_k ? static_cast<int>(candidates.size()) : -1;
+    return remembered < static_cast<int>(candidates.size()) ? remembered : -1;
+  }
   ~LtPlan() {
     if (op) cublasLtMatmulDescDestroy(op);
     for (cublasLtMatrixLayout_t l : {a, b, d})
@@ -76,19 +91,20 @@ cublasStatus_t prefer(cublasLtMatmulPreference_t preference,
 
 cublasOperation_t lt_op(bool transposed) { return transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-// A fingerprint of the candidates (FNV-1a over their opaque data): a solver state's index
-// names the same algorithm only in a list with the same fingerprint (the same cuBLASLt, GPU
-// and preferences).
-uint64_t list_of(const std::vector<cublasLtMatmulAlgo_t>& candidates) {
+// A fingerprint of the candidates (FNV-1a over their opaque data, and whether the split-K
+// kernel follows them): a solver state's index names the same algorithm only in a list with
+// the same fingerprint (the same cuBLASLt, GPU and preferences).
+uint64_t list_of(const LtPlan& plan) {
   uint64_t hash = 1469598103934665603ull;
-  for (const cublasLtMatmulAlgo_t& algo : candidates) {
-    for (uint64_t word : algo.data) {
-      for (int byte = 0; byte < 8; ++byte) {
-        hash ^= (word >> (8 * byte)) & 0xff;
-        hash *= 1099511628211ull;
-      }
+  auto add = [&hash](uint64_t word) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (word >> (8 * byte)) & 0xff;
+      hash *= 1099511628211ull;
     }
-  }
+  };
+  for (const cublasLtMatmulAlgo_t& algo : plan.candidates)
+    for (uint64_t word : algo.data) add(word);
+  if (plan.split_k) add(0x73706c69746bull);  // "splitk"
   return hash;
 }
 
@@ -99,8 +115,9 @@ const char* arithmetic_name(const LtKey& key) {
   return math_name(key.math);
 }
 
-std::unique_ptr<LtPlan> make_plan(cublasLtHandle_t handle, const LtKey& key) {
+std::unique_ptr<LtPlan> make_plan(cublasLtHandle_t handle, const LtKey& key, int sms) {
   auto plan = std::make_unique<LtPlan>();
+  plan->split_k = split_k_gemm_takes(key, sms, CudaContext::kBlasWorkspaceBytes);
   const cublasComputeType_t compute =
       key.math == Math::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   LAMINA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
@@ -139,28 +156,37 @@ std::unique_ptr<LtPlan> make_plan(cublasLtHandle_t handle, const LtKey& key) {
     status = cublasLtMatmulAlgoGetHeuristic(handle, plan->op, plan->a, plan->b, plan->d,
                                             plan->d, preference, kCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(preference);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0))
-    return plan;  // not available
-  LAMINA_CUBLAS_CHECK(status);
-  for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
-  plan->list = list_of(plan->candidates);
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
+    LAMINA_CUBLAS_CHECK(status);
+    for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
+  }
+  plan->list = list_of(*plan);
   return plan;
 }
 
-void run(cublasLtHandle_t handle, const LtPlan& plan, const cublasLtMatmulAlgo_t& algo,
-         float alpha, const void* a, const void* b, float beta, void* d, void* workspace,
-         cudaStream_t s) {
+// Runs candidate i of the plan on the lane's stream s with the lane's cuBLAS workspace.
+void run(CudaContext& context, cublasLtHandle_t handle, const LtKey& key, const LtPlan& plan,
+         int i, float alpha, const void* a, const void* b, const float* bias, float beta,
+         void* d, cudaStream_t s) {
+  if (i == static_cast<int>(plan.candidates.size())) {
+    split_k_gemm(key, context.properties().multiProcessorCount, alpha,
+                 static_cast<const float*>(a), static_cast<const float*>(b), bias, beta,
+                 static_cast<float*>(d), context.blas_workspace(),
+                 CudaContext::kBlasWorkspaceBytes, context.split_k_counters(), s);
+    return;
+  }
   LAMINA_CUBLAS_CHECK(cublasLtMatmul(handle, plan.op, &alpha, a, plan.a, b, plan.b, &beta, d,
-                                     plan.d, d, plan.d, &algo, workspace,
-                                     CudaContext::kBlasWorkspaceBytes, s));
+                                     plan.d, d, plan.d, &plan.candidates[i],
+                                     context.blas_workspace(), CudaContext::kBlasWorkspaceBytes,
+                                     s));
 }
 
-// The index of the candidate that runs the product fastest (a few runs each after one to
-// warm up), D on zeroed scratch memory so the caller's D is untouched; a later candidate
+// The index of the candidate that runs the product fastest (a graph of a few runs, after one
+// to warm up), D on zeroed scratch memory so the caller's D is untouched; a later candidate
 // must be 2% faster to be chosen over an earlier one. Without the memory to time on: 0.
 int fastest(CudaContext& context, cublasLtHandle_t handle, const LtKey& key, const LtPlan& plan,
-            const void* a, const void* b, float beta, cudaStream_t s) {
-  if (plan.candidates.size() == 1) return 0;
+            const void* a, const void* b, const float* bias, float beta, cudaStream_t s) {
+  if (plan.count() == 1) return 0;
   const size_t d_bytes = static_cast<size_t>(key.m * key.n) * (key.d == CUDA_R_32F ? 4 : 2);
   ScratchMemory d(d_bytes);
   if (d.get() == nullptr) {
@@ -171,15 +197,14 @@ int fastest(CudaContext& context, cublasLtHandle_t handle, const LtKey& key, con
   LAMINA_CUDA_CHECK(cudaMemsetAsync(d.get(), 0, d_bytes, s));
   int best = 0;
   float best_ms = 0;
-  for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
-    const float ms = mean_ms(s, 5, [&] {
-      run(handle, plan, plan.candidates[i], 1.0f, a, b, beta, d.get(), context.blas_workspace(),
-          s);
+  for (int i = 0; i < plan.count(); ++i) {
+    const float ms = graph_mean_ms(s, 5, [&] {
+      run(context, handle, key, plan, i, 1.0f, a, b, bias, beta, d.get(), s);
       return true;
     });
     VLOG(2) << "cuBLASLt candidate " << i << " for " << key.m << "x" << key.k << " by "
             << key.k << "x" << key.n << ": " << ms * 1000 << " us";
-    if (i == 0 || ms < 0.98f * best_ms) {
+    if (ms >= 0 && (best_ms == 0 || ms < 0.98f * best_ms)) {
       best = i;
       best_ms = ms;
     }
@@ -198,22 +223,26 @@ bool CudaBackend::lt_matmul(const LtKey& product, float alpha, const void* a, co
   auto found = plans.by_key.find(key);
   if (found == plans.by_key.end()) {
     context_.require_not_capturing("choosing a cuBLASLt product's algorithm");
-    found = plans.by_key.emplace(key, make_plan(plans.handle, key)).first;
-    LOG_IF(WARNING, found->second->candidates.empty())
+    found = plans.by_key
+                .emplace(key, make_plan(plans.handle, key,
+                                        context_.properties().multiProcessorCount))
+                .first;
+    LOG_IF(WARNING, found->second->count() == 0)
         << "cuBLASLt has no " << arithmetic_name(key) << " algorithm for a product of "
         << key.m << "x" << key.k << " by " << key.k << "x" << key.n << " (epilogue "
         << key.epilogue << ") on GPU " << context_.device() << "; it runs another way";
   }
   LtPlan& plan = *found->second;
-  if (plan.candidates.empty()) return false;
-  if (bias != nullptr) set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (plan.count() == 0) return false;
+  if (bias != nullptr && !plan.candidates.empty())
+    set(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (plan.chosen < 0) {
     context_.require_not_capturing("timing a cuBLASLt product's algorithms");
     const auto remembered = plans.remembered.find(key);
     if (remembered != plans.remembered.end()) {
       const auto [index, list] = remembered->second;
-      if (list == plan.list && index < static_cast<int>(plan.candidates.size())) {
-        plan.chosen = index;
+      if (list == plan.list && plan.index_of(index) >= 0) {
+        plan.chosen = plan.index_of(index);
       } else {
         LOG(WARNING) << "The solver state's algorithm for a cuBLASLt product of " << key.m
                      << "x" << key.k << " by " << key.k << "x" << key.n << " is not among "
@@ -221,15 +250,16 @@ bool CudaBackend::lt_matmul(const LtKey& product, float alpha, const void* a, co
                      << "differ from the interrupted one in the last bits)";
       }
     }
-    if (plan.chosen < 0) plan.chosen = fastest(context_, plans.handle, key, plan, a, b, beta, s);
+    if (plan.chosen < 0)
+      plan.chosen = fastest(context_, plans.handle, key, plan, a, b, bias, beta, s);
   }
-  run(plans.handle, plan, plan.candidates[plan.chosen], alpha, a, b, beta, d,
-      context_.blas_workspace(), s);
+  run(context_, plans.handle, key, plan, plan.chosen, alpha, a, b, bias, beta, d, s);
   return true;
 }
 
 // "gemm <trans_a> <trans_b> <m> <n> <k> <epilogue> <align> <math> <ab> <d> <sm_target> =
-// <candidate> <fingerprint of the candidates, hex>"
+// <candidate> <fingerprint of the candidates, hex>", the candidate cuBLASLt's index or
+// "splitk"
 std::string lt_choices(CudaContext& context) {
   std::ostringstream out;
   for (const auto& [key, plan] : context.lt_plans().by_key) {
@@ -237,22 +267,32 @@ std::string lt_choices(CudaContext& context) {
     out << "gemm " << key.trans_a << ' ' << key.trans_b << ' ' << key.m << ' ' << key.n << ' '
         << key.k << ' ' << key.epilogue << ' ' << key.align << ' '
         << static_cast<int>(key.math) << ' ' << key.ab << ' ' << key.d << ' ' << key.sm_target
-        << " = " << plan->chosen << ' ' << std::hex << plan->list << std::dec << '\n';
+        << " = ";
+    if (plan->chose_split_k()) {
+      out << "splitk";
+    } else {
+      out << plan->chosen;
+    }
+    out << ' ' << std::hex << plan->list << std::dec << '\n';
   }
   return out.str();
 }
 
 bool reuse_lt_choice(CudaContext& context, const std::string& line) {
   std::istringstream in(line);
-  std::string word, equals;
+  std::string word, equals, candidate;
   LtKey key;
-  int epilogue = 0, math = 0, ab = 0, d = 0, chosen = -1;
+  int epilogue = 0, math = 0, ab = 0, d = 0;
   uint64_t list = 0;
   in >> word >> key.trans_a >> key.trans_b >> key.m >> key.n >> key.k >> epilogue >> key.align >>
-      math >> ab >> d >> key.sm_target >> equals >> chosen >> std::hex >> list;
-  if (!in || word != "gemm" || equals != "=" || chosen < 0 || math < 0 || math > 1 ||
-      !(in >> std::ws).eof())
+      math >> ab >> d >> key.sm_target >> equals >> candidate >> std::hex >> list;
+  if (!in || word != "gemm" || equals != "=" || math < 0 || math > 1 || !(in >> std::ws).eof())
     return false;
+  int chosen = kSplitK;
+  if (candidate != "splitk") {
+    std::istringstream number(candidate);
+    if (!(number >> chosen) || !(number >> std::ws).eof() || chosen < 0) return false;
+  }
   key.epilogue = static_cast<cublasLtEpilogue_t>(epilogue);
   key.math = static_cast<Math>(math);
   key.ab = static_cast<cudaDataType_t>(ab);
@@ -262,10 +302,9 @@ bool reuse_lt_choice(CudaContext& context, const std::string& line) {
   // A plan made already runs the remembered candidate from its next call, or is timed again
   // at its next call when the candidate is not its to run.
   const auto made = plans.by_key.find(key);
-  if (made != plans.by_key.end() && !made->second->candidates.empty()) {
+  if (made != plans.by_key.end() && made->second->count() > 0) {
     LtPlan& plan = *made->second;
-    const bool same = list == plan.list && chosen < static_cast<int>(plan.candidates.size());
-    plan.chosen = same ? chosen : -1;
+    plan.chosen = list == plan.list ? plan.index_of(chosen) : -1;
   }
   return true;
 }
