@@ -128,7 +128,7 @@ void CudaContext::create_lane(Lane& lane) {
   const size_t counter_bytes = sizeof(unsigned) * kSplitKCounters;
   lane.split_k_counters =
       static_cast<unsigned*>(allocate(counter_bytes, "the split-K product's tile counters"));
-  LAMINA_CUDA_CHECK(cudaMemset(lane.split_k_counters, 0, counter_bytes));
+  LAMINA_CUDA_CHECK(cudaMemsetAsync(lane.split_k_counters, 0, counter_bytes, lane.stream));
 }
 
 void CudaContext::release() noexcept {

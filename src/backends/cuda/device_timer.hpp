@@ -78,41 +78,40 @@ float mean_ms(cudaStream_t stream, int runs, Run run) {
 // The mean milliseconds of one call of run() where `runs` calls are recorded as a CUDA graph
 // on stream and replayed (after one replay to warm up), as a training step replays them: for
 // a kernel of a few microseconds, timing launches one by one measures the launches. Where the
-// calls cannot be recorded, mean_ms.
+// calls cannot be recorded (a call fails or throws while recording, or the stream is being
+// recorded already), mean_ms.
 template <class Run>
 float graph_mean_ms(cudaStream_t stream, int runs, Run run) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-  auto end_capture = [&] {
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
-        capturing != cudaStreamCaptureStatusNone)
-      ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess && ok;
-  };
-  try {
-    for (int r = 0; r < runs && ok; ++r) ok = run();
-  } catch (...) {  // the stream must not stay in capture
-    end_capture();
-    if (graph) cudaGraphDestroy(graph);
-    cudaGetLastError();
-    throw;
-  }
-  end_capture();
-  ok = ok && graph != nullptr && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-  float ms = -1;
+  struct Recording {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ~Recording() {
+      if (exec) cudaGraphExecDestroy(exec);
+      if (graph) cudaGraphDestroy(graph);
+    }
+  } recording;
+  cudaStreamCaptureStatus before = cudaStreamCaptureStatusNone;
+  bool ok = cudaStreamIsCapturing(stream, &before) == cudaSuccess &&
+            before == cudaStreamCaptureStatusNone &&
+            cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
   if (ok) {
-    DeviceTimer timer(stream);
-    LAMINA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    timer.start();
-    LAMINA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    ms = timer.stop() / runs;
+    try {
+      for (int r = 0; r < runs && ok; ++r) ok = run();
+    } catch (...) {
+      ok = false;  // timed the other way below, which throws again if the call is at fault
+    }
+    ok = cudaStreamEndCapture(stream, &recording.graph) == cudaSuccess && ok;
+    ok = ok && cudaGraphInstantiate(&recording.exec, recording.graph, 0) == cudaSuccess;
   }
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
-  if (ok) return ms;
-  cudaGetLastError();
-  return mean_ms(stream, runs, run);
+  if (!ok) {
+    cudaGetLastError();
+    return mean_ms(stream, runs, run);
+  }
+  DeviceTimer timer(stream);
+  LAMINA_CUDA_CHECK(cudaGraphLaunch(recording.exec, stream));
+  timer.start();
+  LAMINA_CUDA_CHECK(cudaGraphLaunch(recording.exec, stream));
+  return timer.stop() / runs;
 }
 
 }  // namespace lamina::cuda_detail

@@ -43,6 +43,7 @@ struct LtPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's order
   bool split_k = false;  // Lamina's kernel is the candidate after cuBLASLt's
+  int split_k_sms = 0;   // the SMs the split-K kernel lays its blocks out for
   uint64_t list = 0;     // fingerprint of the candidates (list_of)
   int chosen = -1;       // into candidates, or their count for split_k; -1: not chosen yet
   int count() const { return static_cast<int>(candidates.size()) + (split_k ? 1 : 0); }
@@ -50,7 +51,7 @@ struct LtPlan {
   // The candidate a remembered choice names (an index of cuBLASLt's or kSplitK), -1 if none.
   int index_of(int remembered) const {
     if (remembered == kSplitK) return split_k ? static_cast<int>(candidates.size()) : -1;
-    return remembered < static_cast<int>(candidates.size()) ? remembered : -1;
+    return remembered >= 0 && remembered < static_cast<int>(candidates.size()) ? remembered : -1;
   }
   ~LtPlan() {
     if (op) cublasLtMatmulDescDestroy(op);
@@ -104,7 +105,12 @@ uint64_t list_of(const LtPlan& plan) {
   };
   for (const cublasLtMatmulAlgo_t& algo : plan.candidates)
     for (uint64_t word : algo.data) add(word);
-  if (plan.split_k) add(0x73706c69746bull);  // "splitk"
+  // "splitk" and its layout's inputs: the same list gives the same bits.
+  if (plan.split_k) {
+    add(0x73706c69746bull);
+    add(kSplitKLayout);
+    add(static_cast<uint64_t>(plan.split_k_sms));
+  }
   return hash;
 }
 
@@ -117,7 +123,9 @@ const char* arithmetic_name(const LtKey& key) {
 
 std::unique_ptr<LtPlan> make_plan(cublasLtHandle_t handle, const LtKey& key, int sms) {
   auto plan = std::make_unique<LtPlan>();
-  plan->split_k = split_k_gemm_takes(key, sms, CudaContext::kBlasWorkspaceBytes);
+  // Under leave_sms, the split-K kernel lays its blocks out for the SMs cuBLAS may use.
+  plan->split_k_sms = key.sm_target > 0 ? key.sm_target : sms;
+  plan->split_k = split_k_gemm_takes(key, plan->split_k_sms, CudaContext::kBlasWorkspaceBytes);
   const cublasComputeType_t compute =
       key.math == Math::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   LAMINA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, compute, CUDA_R_32F));
@@ -169,10 +177,10 @@ void run(CudaContext& context, cublasLtHandle_t handle, const LtKey& key, const 
          int i, float alpha, const void* a, const void* b, const float* bias, float beta,
          void* d, cudaStream_t s) {
   if (i == static_cast<int>(plan.candidates.size())) {
-    split_k_gemm(key, context.properties().multiProcessorCount, alpha,
-                 static_cast<const float*>(a), static_cast<const float*>(b), bias, beta,
-                 static_cast<float*>(d), context.blas_workspace(),
-                 CudaContext::kBlasWorkspaceBytes, context.split_k_counters(), s);
+    split_k_gemm(key, plan.split_k_sms, alpha, static_cast<const float*>(a),
+                 static_cast<const float*>(b), bias, beta, static_cast<float*>(d),
+                 context.blas_workspace(), CudaContext::kBlasWorkspaceBytes,
+                 context.split_k_counters(), s);
     return;
   }
   LAMINA_CUBLAS_CHECK(cublasLtMatmul(handle, plan.op, &alpha, a, plan.a, b, plan.b, &beta, d,
@@ -196,15 +204,15 @@ int fastest(CudaContext& context, cublasLtHandle_t handle, const LtKey& key, con
   }
   LAMINA_CUDA_CHECK(cudaMemsetAsync(d.get(), 0, d_bytes, s));
   int best = 0;
-  float best_ms = 0;
+  float best_ms = -1;
   for (int i = 0; i < plan.count(); ++i) {
     const float ms = graph_mean_ms(s, 5, [&] {
       run(context, handle, key, plan, i, 1.0f, a, b, bias, beta, d.get(), s);
       return true;
     });
-    VLOG(2) << "cuBLASLt candidate " << i << " for " << key.m << "x" << key.k << " by "
+    VLOG(2) << "Candidate " << i << " for " << key.m << "x" << key.k << " by "
             << key.k << "x" << key.n << ": " << ms * 1000 << " us";
-    if (ms >= 0 && (best_ms == 0 || ms < 0.98f * best_ms)) {
+    if (ms >= 0 && (best_ms < 0 || ms < 0.98f * best_ms)) {
       best = i;
       best_ms = ms;
     }

@@ -6,7 +6,6 @@
 // that arrives last at its tile (an atomic count; the count goes back to zero) adds the
 // parts' sums in part order, so the result does not depend on which block came last.
 #include <algorithm>
-#include <climits>
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/split_k_gemm.hpp"
@@ -19,7 +18,7 @@ constexpr int kRowsPerPass = kThreads / kTile;  // slab rows one pass of the blo
 constexpr int kPerThread = kTile / kRowsPerPass;  // loads per slab of A or B
 constexpr int kMaxParts = 16, kChunk = 8;         // parts' sums loaded kChunk at a time
 
-// Offsets fit in int: split_k_gemm_takes refuses operands of 2^31 values or more.
+// Offsets fit in int: split_k_gemm_takes refuses operands of 2^30 values or more.
 struct SplitK {
   int m, n, k;
   int part_k;  // K values per part, a multiple of kTile
@@ -168,8 +167,9 @@ SplitK layout(const LtKey& key, int sms) {
 bool split_k_gemm_takes(const LtKey& key, int sms, size_t workspace_bytes) {
   if (key.ab != CUDA_R_32F || key.d != CUDA_R_32F || key.math != Math::kFP32) return false;
   if (!takes_epilogue(key.epilogue) || key.m <= 0 || key.n <= 0 || key.k <= 0) return false;
-  if (key.m * key.k >= INT_MAX || key.k * key.n >= INT_MAX || key.m * key.n >= INT_MAX)
-    return false;
+  // Offsets, and K plus a part or a slab, stay below INT_MAX.
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  if (key.m * key.k >= kLimit || key.k * key.n >= kLimit || key.m * key.n >= kLimit) return false;
   const int64_t tiles = tiles_of(key);
   if (tiles > kSplitKCounters) return false;
   const SplitK g = layout(key, sms);

@@ -19,10 +19,13 @@ namespace lamina::cuda_detail {
 // Tile counters each lane keeps for the kernel (zero between calls; the last block of a tile
 // puts its counter back): the most tiles one product may have.
 constexpr int64_t kSplitKCounters = 16384;
+// The version of the kernel's layout (tiles, parts, blocks per SM): a solver state's choice of
+// it stands only for the same layout and SM count, which give the same bits.
+constexpr uint64_t kSplitKLayout = 1;
 
 // Whether the kernel computes the product of key: FP32 operands and math, an epilogue of
-// nothing, a bias, a ReLU or both, and few enough tiles and partial sums for the counters
-// and the workspace.
+// nothing, a bias, a ReLU or both, operands of fewer than 2^30 values, and few enough tiles
+// and partial sums for the counters and the workspace. sms: the SMs it lays its blocks out for.
 bool split_k_gemm_takes(const LtKey& key, int sms, size_t workspace_bytes);
 
 // Launches it on s; workspace holds the parts' sums, counters the tiles' arrival counts
