@@ -800,7 +800,8 @@ class Backend {
 
   // ---- algorithm choices ----
   // The algorithms this backend chose by timing them (CUDA: cuDNN's convolution algorithms
-  // per geometry), as text; empty where nothing is timed. Timing may choose differently in
+  // per geometry, and per product shape cuBLASLt's algorithm or Lamina's split-K kernel), as
+  // text; empty where nothing is timed. Timing may choose differently in
   // another run, and different algorithms round differently, so a solver state keeps this
   // and a resumed run passes it to reuse_algorithm_choices: it then runs the same
   // algorithms and repeats the interrupted run bit for bit.
