@@ -133,28 +133,15 @@ TEST_F(CudaBackendTest, CopyFromHostSurvivesFreeingTheSource) {
 // ---------------------------------------------------------------------------------------
 
 TEST_F(CudaBackendTest, GemmAllTransposes) {
-  const struct {
-    int64_t m, n, k;
-  } shapes[] = {{37, 29, 53}, {1, 17, 9}, {128, 96, 300}};
-  for (const auto& s : shapes) {
-    for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
-      for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
-        for (float beta : {0.0f, 0.5f}) {
-          SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k " << s.k
-                                            << " trans_a " << (ta == Transpose::kYes)
-                                            << " trans_b " << (tb == Transpose::kYes)
-                                            << " beta " << beta);
-          expect_same([&](Backend& be) -> Outputs {
-            Floats a(be, random_values(s.m * s.k, 1));
-            Floats b(be, random_values(s.k * s.n, 2));
-            Floats c(be, random_values(s.m * s.n, 3));
-            be.gemm(ta, tb, s.m, s.n, s.k, 0.7f, a.get(), b.get(), beta, c.get());
-            return {{"c", c.host()}};
-          });
-        }
-      }
-    }
-  }
+  for_each_gemm_case({{37, 29, 53}, {1, 17, 9}, {128, 96, 300}}, [&](const GemmCase& s) {
+    expect_same([&](Backend& be) -> Outputs {
+      Floats a(be, random_values(s.m * s.k, 1));
+      Floats b(be, random_values(s.k * s.n, 2));
+      Floats c(be, random_values(s.m * s.n, 3));
+      be.gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 0.7f, a.get(), b.get(), s.beta, c.get());
+      return {{"c", c.host()}};
+    });
+  });
 }
 
 TEST_F(CudaBackendTest, GemmWithEmptySum) {

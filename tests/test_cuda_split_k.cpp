@@ -9,6 +9,7 @@
 // at zero between products.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -75,46 +76,35 @@ class CudaSplitK : public ::testing::Test {
 
 // The row-major product C (m, n) = op(A) op(B) is cuBLASLt's column-major C^T = op(B)^T
 // op(A)^T: "gemm <trans_b> <trans_a> <n> <m> <k> ".
-std::string gemm_prefix(Transpose ta, Transpose tb, const Shape& s) {
+std::string gemm_prefix(const GemmCase& s) {
   std::ostringstream out;
-  out << "gemm " << (tb == Transpose::kYes) << ' ' << (ta == Transpose::kYes) << ' ' << s.n
-      << ' ' << s.m << ' ' << s.k << ' ';
+  out << "gemm " << (s.trans_b == Transpose::kYes) << ' ' << (s.trans_a == Transpose::kYes)
+      << ' ' << s.n << ' ' << s.m << ' ' << s.k << ' ';
   return out.str();
 }
 
 TEST_F(CudaSplitK, GemmMatchesNativeInEveryTransposition) {
-  const Shape shapes[] = {
+  const std::vector<std::array<int64_t, 3>> shapes = {
       {64, 512, 784}, {20, 512, 512}, {64, 10, 512},  {256, 512, 10}, {10, 512, 64},
       {512, 784, 20}, {37, 45, 133},  {1, 17, 9},     {37, 45, 1333}, {200, 300, 5000}};
-  for (const Shape& s : shapes) {
-    for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
-      for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
-        for (float beta : {0.0f, 0.5f}) {
-          SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k " << s.k
-                                            << " trans_a " << (ta == Transpose::kYes)
-                                            << " trans_b " << (tb == Transpose::kYes)
-                                            << " beta " << beta);
-          // With beta 0, C is not read: on the GPU it starts as NaN.
-          auto product = [&](Backend& be) {
-            Floats a(be, random_values(s.m * s.k, 1)), b(be, random_values(s.k * s.n, 2));
-            Floats c(be, beta == 0 && !be.is_host()
-                             ? std::vector<float>(s.m * s.n, std::nanf(""))
-                             : random_values(s.m * s.n, 3));
-            be.gemm(ta, tb, s.m, s.n, s.k, 0.7f, a.get(), b.get(), beta, c.get());
-            return c.host();
-          };
-          const std::vector<float> expected = product(native_);
-          product(*cuda_);  // plans the shape
-          const std::string prefix = gemm_prefix(ta, tb, s);
-          ASSERT_GT(choose_split_k(prefix), 0) << cuda_->algorithm_choices();
-          const std::vector<float> first = product(*cuda_);
-          ASSERT_TRUE(runs_split_k(prefix)) << cuda_->algorithm_choices();
-          EXPECT_EQ(compare(first, expected, 1e-5), "");
-          EXPECT_EQ(compare_bits(product(*cuda_), first), "") << "not the same bits again";
-        }
-      }
-    }
-  }
+  for_each_gemm_case(shapes, [&](const GemmCase& s) {
+    // With beta 0, C is not read: on the GPU it starts as NaN.
+    auto product = [&](Backend& be) {
+      Floats a(be, random_values(s.m * s.k, 1)), b(be, random_values(s.k * s.n, 2));
+      Floats c(be, s.beta == 0 && !be.is_host() ? std::vector<float>(s.m * s.n, std::nanf(""))
+                                                : random_values(s.m * s.n, 3));
+      be.gemm(s.trans_a, s.trans_b, s.m, s.n, s.k, 0.7f, a.get(), b.get(), s.beta, c.get());
+      return c.host();
+    };
+    const std::vector<float> expected = product(native_);
+    product(*cuda_);  // plans the shape
+    const std::string prefix = gemm_prefix(s);
+    ASSERT_GT(choose_split_k(prefix), 0) << cuda_->algorithm_choices();
+    const std::vector<float> first = product(*cuda_);
+    ASSERT_TRUE(runs_split_k(prefix)) << cuda_->algorithm_choices();
+    EXPECT_EQ(compare(first, expected, 1e-5), "");
+    EXPECT_EQ(compare_bits(product(*cuda_), first), "") << "not the same bits again";
+  });
 }
 
 TEST_F(CudaSplitK, LinearForwardWithBiasAndReluMatchesNative) {

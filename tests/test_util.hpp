@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -157,6 +158,32 @@ inline std::string half_copy_mismatch(Backend& backend, ParamArena& arena, Half 
     }
   }
   return {};
+}
+
+// One case of a product C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C.
+struct GemmCase {
+  int64_t m, n, k;
+  Transpose trans_a, trans_b;
+  float beta;
+};
+
+// Calls check for each shape {m, n, k} in all four transpositions with beta 0 and 0.5, the
+// case named in a SCOPED_TRACE.
+inline void for_each_gemm_case(const std::vector<std::array<int64_t, 3>>& shapes,
+                               const std::function<void(const GemmCase&)>& check) {
+  for (const auto& [m, n, k] : shapes) {
+    for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+      for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+        for (float beta : {0.0f, 0.5f}) {
+          SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k
+                                            << " trans_a " << (ta == Transpose::kYes)
+                                            << " trans_b " << (tb == Transpose::kYes)
+                                            << " beta " << beta);
+          check(GemmCase{m, n, k, ta, tb, beta});
+        }
+      }
+    }
+  }
 }
 
 // Empty when a and b agree to rel_tol (normalised); otherwise the first differing values.

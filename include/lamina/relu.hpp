@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 
 #include "lamina/host_device.hpp"
 
@@ -13,6 +14,13 @@ namespace lamina {
 // gradient stays NaN, also where the unit is off).
 LAMINA_HOST_DEVICE inline float relu_backward_value(float y, float dy, float slope) {
   return y > 0 ? dy : slope * dy;
+}
+
+// The fused Linear's ReLU (slope 0) of v in CUDA kernels, as relu_value gives it on the
+// host: v where v > 0, +0 for other numbers, NaN for NaN and -inf.
+LAMINA_HOST_DEVICE inline float fused_relu_value(float v) {
+  if (v > 0) return v;
+  return (v != v || v == -INFINITY) ? NAN : 0.0f;
 }
 
 #if !defined(__CUDACC__)

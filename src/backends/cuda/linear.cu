@@ -15,6 +15,7 @@
 #include "backends/cuda/half_storage.cuh"
 #include "backends/cuda/kernel_util.cuh"
 #include "backends/cuda/lt_matmul.hpp"
+#include "lamina/relu.hpp"
 
 namespace lamina::cuda_detail {
 
@@ -22,8 +23,8 @@ namespace {
 
 // y (rows, n) = act(product + bias), rounded once when y is 16-bit: a block per row
 // (block-stride over the rows), its threads over the row's n values of the FP32 product
-// (which may be y itself, in FP32); bias (n) may be null. The ReLU gives what the Native
-// backend's does: +0 for a negative value, NaN for NaN and -inf.
+// (which may be y itself, in FP32); bias (n) may be null. The ReLU is fused_relu_value, what
+// the Native backend's gives.
 template <class S>
 __global__ void bias_relu_kernel(int64_t rows, int64_t n, const float* product,
                                  const float* bias, bool relu, typename S::Stored* y) {
@@ -31,7 +32,7 @@ __global__ void bias_relu_kernel(int64_t rows, int64_t n, const float* product,
     LAMINA_THREAD_STRIDE_LOOP(j, n) {
       float v = product[r * n + j];
       if (bias != nullptr) v += bias[j];
-      if (relu && !(v > 0)) v = (v != v || v == -INFINITY) ? NAN : 0.0f;
+      if (relu) v = fused_relu_value(v);
       y[r * n + j] = S::store(v);
     }
   }

@@ -35,8 +35,9 @@ namespace lamina::cuda_detail {
 
 constexpr int kCandidates = 8;
 // A remembered choice (reuse_lt_choice) of the split-K kernel, whatever the count of
-// cuBLASLt's candidates before it.
+// cuBLASLt's candidates before it, and its name in a solver state.
 constexpr int kSplitK = -2;
+constexpr char kSplitKName[] = "splitk";
 
 struct LtPlan {
   cublasLtMatmulDesc_t op = nullptr;
@@ -47,7 +48,8 @@ struct LtPlan {
   uint64_t list = 0;     // fingerprint of the candidates (list_of)
   int chosen = -1;       // into candidates, or their count for split_k; -1: not chosen yet
   int count() const { return static_cast<int>(candidates.size()) + (split_k ? 1 : 0); }
-  bool chose_split_k() const { return split_k && chosen == static_cast<int>(candidates.size()); }
+  // Whether candidate i is the split-K kernel.
+  bool is_split_k(int i) const { return split_k && i == static_cast<int>(candidates.size()); }
   // The candidate a remembered choice names (an index of cuBLASLt's or kSplitK), -1 if none.
   int index_of(int remembered) const {
     if (remembered == kSplitK) return split_k ? static_cast<int>(candidates.size()) : -1;
@@ -176,11 +178,10 @@ std::unique_ptr<LtPlan> make_plan(cublasLtHandle_t handle, const LtKey& key, int
 void run(CudaContext& context, cublasLtHandle_t handle, const LtKey& key, const LtPlan& plan,
          int i, float alpha, const void* a, const void* b, const float* bias, float beta,
          void* d, cudaStream_t s) {
-  if (i == static_cast<int>(plan.candidates.size())) {
+  if (plan.is_split_k(i)) {
     split_k_gemm(key, plan.split_k_sms, alpha, static_cast<const float*>(a),
                  static_cast<const float*>(b), bias, beta, static_cast<float*>(d),
-                 context.blas_workspace(), CudaContext::kBlasWorkspaceBytes,
-                 context.split_k_counters(), s);
+                 context.blas_workspace(), context.split_k_counters(), s);
     return;
   }
   LAMINA_CUBLAS_CHECK(cublasLtMatmul(handle, plan.op, &alpha, a, plan.a, b, plan.b, &beta, d,
@@ -276,8 +277,8 @@ std::string lt_choices(CudaContext& context) {
         << key.k << ' ' << key.epilogue << ' ' << key.align << ' '
         << static_cast<int>(key.math) << ' ' << key.ab << ' ' << key.d << ' ' << key.sm_target
         << " = ";
-    if (plan->chose_split_k()) {
-      out << "splitk";
+    if (plan->is_split_k(plan->chosen)) {
+      out << kSplitKName;
     } else {
       out << plan->chosen;
     }
@@ -297,7 +298,7 @@ bool reuse_lt_choice(CudaContext& context, const std::string& line) {
   if (!in || word != "gemm" || equals != "=" || math < 0 || math > 1 || !(in >> std::ws).eof())
     return false;
   int chosen = kSplitK;
-  if (candidate != "splitk") {
+  if (candidate != kSplitKName) {
     std::istringstream number(candidate);
     if (!(number >> chosen) || !(number >> std::ws).eof() || chosen < 0) return false;
   }

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/split_k_gemm.hpp"
+#include "lamina/relu.hpp"
 
 namespace lamina::cuda_detail {
 namespace {
@@ -134,8 +135,7 @@ __global__ void __launch_bounds__(kThreads)
       float* out = d + (i + static_cast<int64_t>(j) * g.m);
       if (beta != 0) value = fmaf(beta, *out, value);
       if (bias != nullptr) value += bias[i];
-      // The ReLU layer's rule: +0 for a negative value, NaN for NaN and -inf.
-      if (relu && !(value > 0)) value = (value != value || value == -INFINITY) ? NAN : 0.0f;
+      if (relu) value = fused_relu_value(value);
       *out = value;
     }
   }
@@ -178,9 +178,8 @@ bool split_k_gemm_takes(const LtKey& key, int sms, size_t workspace_bytes) {
 }
 
 void split_k_gemm(const LtKey& key, int sms, float alpha, const float* a, const float* b,
-                  const float* bias, float beta, float* d, void* workspace,
-                  size_t workspace_bytes, unsigned* counters, cudaStream_t s) {
-  (void)workspace_bytes;  // split_k_gemm_takes checked it
+                  const float* bias, float beta, float* d, void* workspace, unsigned* counters,
+                  cudaStream_t s) {
   const SplitK g = layout(key, sms);
   const bool with_bias =
       key.epilogue == CUBLASLT_EPILOGUE_BIAS || key.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;

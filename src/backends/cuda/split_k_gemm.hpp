@@ -28,10 +28,11 @@ constexpr uint64_t kSplitKLayout = 1;
 // and partial sums for the counters and the workspace. sms: the SMs it lays its blocks out for.
 bool split_k_gemm_takes(const LtKey& key, int sms, size_t workspace_bytes);
 
-// Launches it on s; workspace holds the parts' sums, counters the tiles' arrival counts
-// (kSplitKCounters, zero). bias (key.m values) is read when the epilogue has one.
+// Launches it on s; workspace (as large as split_k_gemm_takes was told) holds the parts'
+// sums, counters the tiles' arrival counts (kSplitKCounters, zero). bias (key.m values) is
+// read when the epilogue has one.
 void split_k_gemm(const LtKey& key, int sms, float alpha, const float* a, const float* b,
-                  const float* bias, float beta, float* d, void* workspace,
-                  size_t workspace_bytes, unsigned* counters, cudaStream_t s);
+                  const float* bias, float beta, float* d, void* workspace, unsigned* counters,
+                  cudaStream_t s);
 
 }  // namespace lamina::cuda_detail
